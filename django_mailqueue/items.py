@@ -1,0 +1,228 @@
+"""What the queue holds: items, their recipients and the replies that decided them."""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+
+DEFAULT_QUEUE = "default"
+
+
+class RecipientState(enum.StrEnum):
+    """Where one recipient of an item stands. `delivered` and `failed` are final."""
+
+    PENDING = "pending"
+    DELIVERED = "delivered"
+    FAILED = "failed"
+
+    @property
+    def final(self) -> bool:
+        return self is not RecipientState.PENDING
+
+
+class ItemState(enum.StrEnum):
+    """How an item looks to an operator at a given time."""
+
+    #: never tried, due now
+    DUE = "due"
+    #: never tried, due later (a not-before time, or rescheduled)
+    SCHEDULED = "scheduled"
+    #: tried at least once, some recipients still pending
+    DEFERRED = "deferred"
+    #: held by a worker whose lease has not expired
+    LEASED = "leased"
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """A reply that decided (or deferred) a recipient.
+
+    `code` is the SMTP reply code, or None when no server answered (DNS, a
+    refused connection, a timeout, the queue's own decision); `status` the
+    RFC 3463 enhanced status code ("5.1.1"); `text` the server's words,
+    cleaned.
+    """
+
+    code: int | None
+    status: str
+    text: str
+
+    @property
+    def permanent(self) -> bool:
+        return self.status.startswith("5") or (self.code is not None and 500 <= self.code < 600)
+
+    def __str__(self) -> str:
+        parts = [str(self.code)] if self.code is not None else []
+        if self.status:
+            parts.append(self.status)
+        parts.append(self.text)
+        return " ".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class Recipient:
+    """One envelope recipient of an item, with its state and the reply that set it."""
+
+    address: str
+    state: RecipientState = RecipientState.PENDING
+    reply: Reply | None = None
+    #: the host that gave `reply`, for the DSN's Remote-MTA and the history
+    remote_mta: str = ""
+
+    @property
+    def domain(self) -> str:
+        return self.address.rpartition("@")[2].lower()
+
+
+@dataclass(frozen=True, slots=True)
+class QueueItem:
+    """An item as a store holds it. Immutable: a store never shares what it keeps."""
+
+    id: uuid.UUID
+    sender: str
+    recipients: tuple[Recipient, ...]
+    size: int
+    created: datetime
+    next_attempt: datetime
+    attempts: int = 0
+    queue: str = DEFAULT_QUEUE
+    owner: str | None = None
+    lease_expires: datetime | None = None
+    #: bumped by every claim and every recorded outcome; `complete` needs the value it read
+    revision: int = 0
+    #: how many times a lease expired before an outcome was recorded
+    reclaims: int = 0
+    #: a "delayed" DSN was sent for this item already
+    delay_warned: bool = False
+    message_id: str = ""
+    subject: str = ""
+
+    @property
+    def pending(self) -> tuple[Recipient, ...]:
+        return tuple(r for r in self.recipients if r.state is RecipientState.PENDING)
+
+    @property
+    def done(self) -> bool:
+        """Every recipient is final: the store drops such an item."""
+        return all(r.state.final for r in self.recipients)
+
+    def leased_at(self, now: datetime) -> bool:
+        return self.owner is not None and self.lease_expires is not None and self.lease_expires > now
+
+    def state_at(self, now: datetime) -> ItemState:
+        if self.leased_at(now):
+            return ItemState.LEASED
+        if self.attempts > 0:
+            return ItemState.DEFERRED
+        return ItemState.DUE if self.next_attempt <= now else ItemState.SCHEDULED
+
+    @property
+    def last_reply(self) -> Reply | None:
+        """The reply of the first recipient that has one, pending ones first."""
+        for wanted in (RecipientState.PENDING, RecipientState.FAILED, RecipientState.DELIVERED):
+            for r in self.recipients:
+                if r.state is wanted and r.reply is not None:
+                    return r.reply
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class NewItem:
+    """An item to add: the envelope, the message bytes, and where it waits."""
+
+    sender: str
+    recipients: tuple[str, ...]
+    message: bytes
+    queue: str = DEFAULT_QUEUE
+    #: not before this time; None: due as soon as it is added
+    not_before: datetime | None = None
+    message_id: str = ""
+    subject: str = ""
+    id: uuid.UUID = field(default_factory=uuid.uuid4)
+
+
+@dataclass(frozen=True, slots=True)
+class RecipientOutcome:
+    """What an attempt decided for one recipient (pending keeps the newest temporary reply)."""
+
+    address: str
+    state: RecipientState
+    reply: Reply
+    remote_mta: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """What `complete` records for an attempt, in one step."""
+
+    outcomes: tuple[RecipientOutcome, ...]
+    #: when the recipients still pending are tried next
+    next_attempt: datetime
+    #: count this attempt in `attempts` (a give-back does not)
+    count_attempt: bool = True
+    #: mark that the item's "delayed" DSN was sent
+    delay_warned: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ItemQuery:
+    """Filters for `list` and `count`; `now` decides due/scheduled/leased."""
+
+    state: ItemState | None = None
+    queue: str | None = None
+    #: recipients at this domain (lowercase, A-label form)
+    domain: str | None = None
+    #: case-insensitive part of the sender's or a recipient's address
+    search: str | None = None
+    now: datetime | None = None
+
+
+def apply_completion(item: QueueItem, completion: Completion) -> QueueItem:
+    """The item after `completion`: final recipients unchanged, the rest updated.
+
+    Shared by the stores that apply outcomes in Python, so the rule that a final
+    state never changes is written once.
+    """
+    by_address: dict[str, RecipientOutcome] = {}
+    for outcome in completion.outcomes:
+        by_address[outcome.address] = outcome
+    recipients = []
+    for r in item.recipients:
+        decided = by_address.get(r.address)
+        if decided is None or r.state.final:
+            recipients.append(r)
+        else:
+            recipients.append(Recipient(r.address, decided.state, decided.reply, decided.remote_mta))
+    return replace(
+        item,
+        recipients=tuple(recipients),
+        attempts=item.attempts + (1 if completion.count_attempt else 0),
+        next_attempt=completion.next_attempt,
+        owner=None,
+        lease_expires=None,
+        revision=item.revision + 1,
+        reclaims=0,
+        delay_warned=item.delay_warned or completion.delay_warned,
+    )
+
+
+def matches(item: QueueItem, query: ItemQuery) -> bool:
+    """Whether `item` passes `query` — the reference rule the stores' own filters follow."""
+    if query.queue is not None and item.queue != query.queue:
+        return False
+    if query.domain is not None and not any(r.domain == query.domain.lower() for r in item.recipients):
+        return False
+    if query.search:
+        needle = query.search.lower()
+        addresses: Sequence[str] = [item.sender, *(r.address for r in item.recipients)]
+        if not any(needle in a.lower() for a in addresses):
+            return False
+    if query.state is not None:
+        if query.now is None:
+            raise ValueError("a state filter needs `now`")
+        if item.state_at(query.now) is not query.state:
+            return False
+    return True

@@ -1,0 +1,95 @@
+"""The ORM store's tables: items, their recipients, their messages, and a lock row.
+
+Times are whole microseconds since the Unix epoch (UTC) in integer columns, so
+the queue is exact and works the same whatever `USE_TZ` says.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class QueuedItem(models.Model):
+    """An item of the queue: its envelope sender, schedule, lease and counters."""
+
+    seq = models.BigAutoField(primary_key=True)
+    id = models.UUIDField(unique=True, editable=False)
+    sender = models.CharField(max_length=320, blank=True)
+    size = models.BigIntegerField()
+    created = models.BigIntegerField()
+    next_attempt = models.BigIntegerField()
+    attempts = models.IntegerField(default=0)
+    queue = models.CharField(max_length=100, default="default")
+    owner = models.CharField(max_length=200, null=True, blank=True)
+    lease_expires = models.BigIntegerField(null=True, blank=True)
+    revision = models.IntegerField(default=0)
+    reclaims = models.IntegerField(default=0)
+    delay_warned = models.BooleanField(default=False)
+    message_id = models.CharField(max_length=998, blank=True)
+    subject = models.CharField(max_length=255, blank=True)
+
+    class Meta:
+        db_table = "mailqueue_item"
+        verbose_name = "queued message"
+        indexes = [
+            # the claim over all queues, and the admin's default order
+            models.Index(fields=["next_attempt", "seq"], name="mailqueue_item_due"),
+            # the claim of one queue (--queues), and the admin's queue filter
+            models.Index(fields=["queue", "next_attempt", "seq"], name="mailqueue_item_queue_due"),
+            # the admin's "leased" filter
+            models.Index(fields=["lease_expires"], name="mailqueue_item_lease"),
+            models.Index(fields=["attempts", "next_attempt", "seq"], name="mailqueue_item_attempts"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.id} from <{self.sender}>"
+
+
+class QueuedRecipient(models.Model):
+    """One envelope recipient of an item, its state and the reply that set it."""
+
+    STATES = [("pending", "pending"), ("delivered", "delivered"), ("failed", "failed")]
+
+    item = models.ForeignKey(QueuedItem, on_delete=models.CASCADE, related_name="recipient_rows")
+    position = models.SmallIntegerField()
+    address = models.CharField(max_length=320)
+    domain = models.CharField(max_length=255)
+    state = models.CharField(max_length=9, choices=STATES, default="pending")
+    reply_code = models.SmallIntegerField(null=True, blank=True)
+    reply_status = models.CharField(max_length=16, blank=True)
+    reply_text = models.TextField(blank=True)
+    remote_mta = models.CharField(max_length=255, blank=True)
+
+    class Meta:
+        db_table = "mailqueue_recipient"
+        constraints = [models.UniqueConstraint(fields=["item", "position"], name="mailqueue_recipient_position")]
+        indexes = [models.Index(fields=["domain", "item"], name="mailqueue_recipient_domain")]
+
+    def __str__(self) -> str:
+        return f"{self.address} ({self.state})"
+
+
+class QueuedMessage(models.Model):
+    """An item's message, byte for byte, apart from the item: read only to deliver."""
+
+    item = models.OneToOneField(QueuedItem, on_delete=models.CASCADE, primary_key=True, related_name="message_row")
+    data = models.BinaryField()
+
+    class Meta:
+        db_table = "mailqueue_message"
+
+    def __str__(self) -> str:
+        return f"message of {self.item_id}"
+
+
+class QueueLock(models.Model):
+    """A row the store locks to count and add under `MAX_ITEMS` without a race."""
+
+    name = models.CharField(max_length=50, primary_key=True)
+    counter = models.BigIntegerField(default=0)
+
+    class Meta:
+        db_table = "mailqueue_lock"
+
+    def __str__(self) -> str:
+        return self.name

@@ -1,0 +1,270 @@
+"""The store contract: `QueueStore`, the abstract class every store implements."""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import builtins
+import uuid
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from ..exceptions import QueueError
+from ..items import Completion, ItemQuery, NewItem, QueueItem, RecipientOutcome
+from ..text import refuse_line_breaks, refuse_unkeepable
+
+
+class QueueStore(abc.ABC):
+    """Where items wait: added by the backend, claimed and completed by workers.
+
+    Promises every store keeps (the contract suite in `django_mailqueue.testing`
+    checks each one):
+
+    - `add` / `add_many` store each item and its message in one step: an item is
+      never claimable before its message can be read, and a batch is all or
+      nothing. With `max_items` set, the bound holds under concurrent adders.
+    - `claim` is atomic: two claimers, in any process or on any machine, never
+      hold the same item. The earliest due item comes first, equally due ones
+      oldest first; an item whose lease expired is claimable again.
+    - `complete` applies the outcomes, the next attempt and the attempt count and
+      lets go of the lease in one step, only for the lease's owner at the
+      revision it claimed; a final recipient state never changes; an item whose
+      every recipient is final is dropped with its message.
+    - Times are given by the caller: a store keeps no clock.
+    - Nothing a store returns is shared with what it keeps.
+    - Text a store keeps holds no NUL and no lone surrogate, and an envelope
+      address no CR or LF: such input is refused as `INVALID`.
+    - Errors are `QueueError`s with the contract's codes; a store out of reach
+      raises `STORE_UNAVAILABLE`, whose message holds no secret.
+
+    Methods are synchronous (the backend and the admin call them); each has an
+    async twin with Django's `a` prefix, which by default runs the synchronous
+    one in a thread, and which a store may implement natively.
+    """
+
+    #: The store can wake an idle worker when an item is added (`wait_for_items`).
+    supports_wakeup: bool = False
+    """True when `await_added()` returns promptly after an add in any process."""
+
+    #: A store whose add joins the caller's database transaction.
+    supports_transactional_add: bool = False
+    """True when an add inside `transaction.atomic()` is undone by its rollback."""
+
+    def __init__(self, options: Mapping[str, Any] | None = None, *, max_items: int | None = None) -> None:
+        problems = self.check_options(options or {})
+        if problems:
+            raise QueueError("INVALID_OPTION", f"{type(self).__name__}: {problems[0]}")
+        self.options: Mapping[str, Any] = dict(options or {})
+        self.max_items = max_items
+
+    @classmethod
+    def check_options(cls, options: Mapping[str, Any]) -> builtins.list[str]:
+        """What is wrong in `options`, without connecting to anything; [] when nothing."""
+        return [] if not options else [f"{cls.__name__} takes no options, got {sorted(options)}"]
+
+    # --- writing ---------------------------------------------------------------
+
+    @abc.abstractmethod
+    def add_many(self, items: Sequence[NewItem], *, now: datetime) -> builtins.list[QueueItem]:
+        """Store every item with its message, in one step and one round trip.
+
+        `now` becomes each item's `created`, and its `next_attempt` unless the
+        item has a later `not_before`. Raises `FULL` (nothing stored) when the
+        batch would take the queue past `max_items`, `INVALID` for text a store
+        cannot keep.
+        """
+
+    def add(self, item: NewItem, *, now: datetime) -> QueueItem:
+        """Store one item with its message; see `add_many`."""
+        return self.add_many([item], now=now)[0]
+
+    @abc.abstractmethod
+    def claim(
+        self, *, owner: str, now: datetime, lease_expires: datetime, queues: Sequence[str] | None = None, limit: int = 1
+    ) -> builtins.list[QueueItem]:
+        """Lease up to `limit` due items to `owner` until `lease_expires`.
+
+        Due: `next_attempt <= now` and no lease, or a lease expired by `now`.
+        Items of `queues[0]` come before those of `queues[1]` and so on (all
+        queues when None); within a queue, earliest `next_attempt` first, then
+        the oldest. Each claim bumps the item's `revision`; taking an expired
+        lease also bumps `reclaims`. Atomic across processes.
+        """
+
+    @abc.abstractmethod
+    def renew(self, ids: Sequence[uuid.UUID], *, owner: str, lease_expires: datetime) -> builtins.list[uuid.UUID]:
+        """Extend the leases `owner` holds on `ids`; return the ids still held.
+
+        A lease another owner took, or an item that is gone, is not renewed and
+        not returned.
+        """
+
+    @abc.abstractmethod
+    def complete(self, item_id: uuid.UUID, *, owner: str, revision: int, completion: Completion) -> QueueItem | None:
+        """Record an attempt's outcome, in one step, and let go of the lease.
+
+        Only while `owner` holds the lease at `revision` (the item's revision as
+        claimed); otherwise raises `LEASE_LOST` and records nothing. Returns the
+        item as recorded — with `done` true when every recipient is final, in
+        which case the item and its message are gone from the store — or None
+        when no item has that id (cancelled, or finished by another worker).
+        """
+
+    @abc.abstractmethod
+    def reschedule(self, item_id: uuid.UUID, *, at: datetime, owner: str | None = None) -> bool:
+        """Move an item's next attempt to `at`; True when moved.
+
+        With `owner`: only while that owner holds the lease, which it lets go
+        of (a worker giving back an item it will not deliver). Without: the
+        lease, if any, stays. An empty `owner` is `INVALID`.
+        """
+
+    @abc.abstractmethod
+    def cancel(self, item_id: uuid.UUID) -> QueueItem | None:
+        """Drop an item and its message, leased or not; the item as it stood, or None."""
+
+    # --- reading ---------------------------------------------------------------
+
+    @abc.abstractmethod
+    def get(self, item_id: uuid.UUID) -> QueueItem | None:
+        """The item, or None."""
+
+    @abc.abstractmethod
+    def read_message(self, item_id: uuid.UUID) -> bytes | None:
+        """The message bytes exactly as added; None when the item is gone, or
+        when the store holds the item but lost its message (never raises for that)."""
+
+    @abc.abstractmethod
+    def list(self, query: ItemQuery | None = None, *, offset: int = 0, limit: int = 100) -> builtins.list[QueueItem]:
+        """A page of items passing `query`, by `next_attempt` then oldest: stable
+        paging, the same order every call while nothing changes."""
+
+    @abc.abstractmethod
+    def count(self, query: ItemQuery | None = None) -> int:
+        """How many items pass `query` (all items when None)."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Let go of connections the store opened itself; closing twice is fine."""
+
+    # --- waking idle workers ------------------------------------------------------
+
+    async def await_added(self, timeout: float) -> bool:
+        """Wait up to `timeout` seconds for an add (in any process); True if one came.
+
+        The default sleeps the whole timeout: the worker then polls.
+        """
+        await asyncio.sleep(timeout)
+        return False
+
+    # --- async twins -------------------------------------------------------------
+
+    async def aadd_many(self, items: Sequence[NewItem], *, now: datetime) -> builtins.list[QueueItem]:
+        return await asyncio.to_thread(self.add_many, items, now=now)
+
+    async def aadd(self, item: NewItem, *, now: datetime) -> QueueItem:
+        return (await self.aadd_many([item], now=now))[0]
+
+    async def aclaim(
+        self, *, owner: str, now: datetime, lease_expires: datetime, queues: Sequence[str] | None = None, limit: int = 1
+    ) -> builtins.list[QueueItem]:
+        return await asyncio.to_thread(
+            self.claim, owner=owner, now=now, lease_expires=lease_expires, queues=queues, limit=limit
+        )
+
+    async def arenew(
+        self, ids: Sequence[uuid.UUID], *, owner: str, lease_expires: datetime
+    ) -> builtins.list[uuid.UUID]:
+        return await asyncio.to_thread(self.renew, ids, owner=owner, lease_expires=lease_expires)
+
+    async def acomplete(
+        self, item_id: uuid.UUID, *, owner: str, revision: int, completion: Completion
+    ) -> QueueItem | None:
+        return await asyncio.to_thread(self.complete, item_id, owner=owner, revision=revision, completion=completion)
+
+    async def areschedule(self, item_id: uuid.UUID, *, at: datetime, owner: str | None = None) -> bool:
+        return await asyncio.to_thread(self.reschedule, item_id, at=at, owner=owner)
+
+    async def acancel(self, item_id: uuid.UUID) -> QueueItem | None:
+        return await asyncio.to_thread(self.cancel, item_id)
+
+    async def aget(self, item_id: uuid.UUID) -> QueueItem | None:
+        return await asyncio.to_thread(self.get, item_id)
+
+    async def aread_message(self, item_id: uuid.UUID) -> bytes | None:
+        return await asyncio.to_thread(self.read_message, item_id)
+
+    async def alist(
+        self, query: ItemQuery | None = None, *, offset: int = 0, limit: int = 100
+    ) -> builtins.list[QueueItem]:
+        return await asyncio.to_thread(self.list, query, offset=offset, limit=limit)
+
+    async def acount(self, query: ItemQuery | None = None) -> int:
+        return await asyncio.to_thread(self.count, query)
+
+    async def aclose(self) -> None:
+        await asyncio.to_thread(self.close)
+
+
+# --- the checks every store runs on what it is given ---------------------------------
+
+
+def check_new_item(item: NewItem) -> None:
+    """Refuse an item no store may keep (`INVALID`): see the contract's text rules."""
+    if not isinstance(item.message, bytes | bytearray | memoryview):
+        raise QueueError("INVALID", "the message must be bytes")
+    if not item.recipients:
+        raise QueueError("INVALID", "an item needs at least one recipient")
+    check_address(item.sender, "the sender", allow_empty=True)
+    seen = set()
+    for address in item.recipients:
+        check_address(address, "a recipient")
+        if address in seen:
+            raise QueueError("INVALID", f"recipient {address!r} is given twice")
+        seen.add(address)
+    for value, what in (
+        (item.queue, "the queue name"),
+        (item.message_id, "the Message-ID"),
+        (item.subject, "the subject"),
+    ):
+        refuse_unkeepable(value, what)
+        refuse_line_breaks(value, what)
+    if not item.queue or len(item.queue) > 100:
+        raise QueueError("INVALID", "the queue name must be 1 to 100 characters")
+    if item.not_before is not None and item.not_before.tzinfo is None:
+        raise QueueError("INVALID", "not_before must be an aware datetime")
+
+
+def check_address(address: str, what: str, *, allow_empty: bool = False) -> None:
+    if not isinstance(address, str):
+        raise QueueError("INVALID", f"{what} must be a string")
+    refuse_unkeepable(address, what)
+    refuse_line_breaks(address, what)
+    if not address:
+        if allow_empty:
+            return
+        raise QueueError("INVALID", f"{what} is empty")
+    if len(address) > 320 or "@" not in address or any(c in address for c in " <>\t"):
+        raise QueueError("INVALID", f"{what} {address!r} is not an envelope address")
+
+
+def check_completion(completion: Completion) -> None:
+    """Refuse outcomes holding text no store may keep (`INVALID`)."""
+    for outcome in completion.outcomes:
+        check_outcome(outcome)
+    if completion.next_attempt.tzinfo is None:
+        raise QueueError("INVALID", "next_attempt must be an aware datetime")
+
+
+def check_outcome(outcome: RecipientOutcome) -> None:
+    refuse_unkeepable(outcome.reply.text, "a reply's text")
+    refuse_unkeepable(outcome.reply.status, "a reply's status")
+    refuse_unkeepable(outcome.remote_mta, "a reply's remote MTA")
+
+
+def check_owner(owner: str) -> None:
+    if not isinstance(owner, str) or not owner:
+        raise QueueError("INVALID", "owner must be a non-empty string")
+    refuse_unkeepable(owner, "the owner")
+    if len(owner) > 200:
+        raise QueueError("INVALID", "owner must be at most 200 characters")

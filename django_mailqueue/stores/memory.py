@@ -1,0 +1,193 @@
+"""`MemoryStore`: the contract in one process's memory, for tests and one-process use."""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import itertools
+import threading
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+
+from ..exceptions import QueueError
+from ..items import (
+    Completion,
+    ItemQuery,
+    NewItem,
+    QueueItem,
+    Recipient,
+    apply_completion,
+    matches,
+)
+from .base import QueueStore, check_completion, check_new_item, check_owner
+
+
+class MemoryStore(QueueStore):
+    """Items in a dict behind a lock: gone when the process exits.
+
+    Every operation holds one lock, so claims are atomic between threads of the
+    process. Not shared between processes.
+    """
+
+    supports_wakeup = True
+
+    def __init__(self, options: Mapping[str, Any] | None = None, *, max_items: int | None = None) -> None:
+        super().__init__(options, max_items=max_items)
+        self._lock = threading.Lock()
+        self._items: dict[uuid.UUID, tuple[int, QueueItem]] = {}
+        self._messages: dict[uuid.UUID, bytes] = {}
+        self._seq = itertools.count(1)
+        self._added = threading.Condition(self._lock)
+        self._generation = 0
+
+    # --- writing ------------------------------------------------------------------
+
+    def add_many(self, items: Sequence[NewItem], *, now: datetime) -> builtins.list[QueueItem]:
+        for new in items:
+            check_new_item(new)
+        with self._lock:
+            if self.max_items is not None and len(self._items) + len(items) > self.max_items:
+                raise QueueError("FULL", f"the queue holds {len(self._items)} items; MAX_ITEMS is {self.max_items}")
+            if any(new.id in self._items for new in items):
+                raise QueueError("INVALID", "an item with that id is queued already")
+            added = []
+            for new in items:
+                due = new.not_before if new.not_before is not None and new.not_before > now else now
+                item = QueueItem(
+                    id=new.id,
+                    sender=new.sender,
+                    recipients=tuple(Recipient(a) for a in new.recipients),
+                    size=len(new.message),
+                    created=now,
+                    next_attempt=due,
+                    queue=new.queue,
+                    message_id=new.message_id,
+                    subject=new.subject,
+                )
+                self._items[item.id] = (next(self._seq), item)
+                self._messages[item.id] = bytes(new.message)
+                added.append(item)
+            self._generation += 1
+            self._added.notify_all()
+        return added
+
+    def claim(
+        self, *, owner: str, now: datetime, lease_expires: datetime, queues: Sequence[str] | None = None, limit: int = 1
+    ) -> builtins.list[QueueItem]:
+        check_owner(owner)
+        with self._lock:
+            due = [
+                (seq, item)
+                for seq, item in self._items.values()
+                if item.next_attempt <= now and not item.leased_at(now) and (queues is None or item.queue in queues)
+            ]
+            lane = {name: i for i, name in enumerate(queues or ())}
+            due.sort(key=lambda pair: (lane.get(pair[1].queue, 0), pair[1].next_attempt, pair[0]))
+            claimed = []
+            for seq, item in due[:limit]:
+                taken = replace(
+                    item,
+                    owner=owner,
+                    lease_expires=lease_expires,
+                    revision=item.revision + 1,
+                    reclaims=item.reclaims + (1 if item.owner is not None else 0),
+                )
+                self._items[item.id] = (seq, taken)
+                claimed.append(taken)
+            return claimed
+
+    def renew(self, ids: Sequence[uuid.UUID], *, owner: str, lease_expires: datetime) -> builtins.list[uuid.UUID]:
+        check_owner(owner)
+        held = []
+        with self._lock:
+            for item_id in ids:
+                entry = self._items.get(item_id)
+                if entry is not None and entry[1].owner == owner:
+                    self._items[item_id] = (entry[0], replace(entry[1], lease_expires=lease_expires))
+                    held.append(item_id)
+        return held
+
+    def complete(self, item_id: uuid.UUID, *, owner: str, revision: int, completion: Completion) -> QueueItem | None:
+        check_owner(owner)
+        check_completion(completion)
+        with self._lock:
+            entry = self._items.get(item_id)
+            if entry is None:
+                return None
+            seq, item = entry
+            if item.owner != owner or item.revision != revision:
+                raise QueueError("LEASE_LOST", f"the lease on {item_id} is no longer held by {owner}", item_id=item_id)
+            recorded = apply_completion(item, completion)
+            if recorded.done:
+                del self._items[item_id]
+                self._messages.pop(item_id, None)
+            else:
+                self._items[item_id] = (seq, recorded)
+            return recorded
+
+    def reschedule(self, item_id: uuid.UUID, *, at: datetime, owner: str | None = None) -> bool:
+        if owner is not None:
+            check_owner(owner)
+        with self._lock:
+            entry = self._items.get(item_id)
+            if entry is None:
+                return False
+            seq, item = entry
+            if owner is not None:
+                if item.owner != owner:
+                    return False
+                item = replace(item, owner=None, lease_expires=None)
+            self._items[item_id] = (seq, replace(item, next_attempt=at))
+            self._generation += 1
+            self._added.notify_all()
+            return True
+
+    def cancel(self, item_id: uuid.UUID) -> QueueItem | None:
+        with self._lock:
+            entry = self._items.pop(item_id, None)
+            self._messages.pop(item_id, None)
+            return entry[1] if entry else None
+
+    # --- reading ------------------------------------------------------------------
+
+    def get(self, item_id: uuid.UUID) -> QueueItem | None:
+        with self._lock:
+            entry = self._items.get(item_id)
+            return entry[1] if entry else None
+
+    def read_message(self, item_id: uuid.UUID) -> bytes | None:
+        with self._lock:
+            return self._messages.get(item_id)
+
+    def list(self, query: ItemQuery | None = None, *, offset: int = 0, limit: int = 100) -> builtins.list[QueueItem]:
+        with self._lock:
+            entries = sorted(self._items.values(), key=lambda pair: (pair[1].next_attempt, pair[0]))
+        found = [item for _, item in entries if query is None or matches(item, query)]
+        return found[offset : offset + limit]
+
+    def count(self, query: ItemQuery | None = None) -> int:
+        with self._lock:
+            items = [item for _, item in self._items.values()]
+        return sum(1 for item in items if query is None or matches(item, query))
+
+    # --- for tests: damage as a real store might suffer it ---------------------------
+
+    def lose_message(self, item_id: uuid.UUID) -> None:
+        """Drop an item's message but keep the item (a test of the 5.3.0 flow)."""
+        with self._lock:
+            self._messages.pop(item_id, None)
+
+    # --- waking ---------------------------------------------------------------------
+
+    async def await_added(self, timeout: float) -> bool:
+        with self._lock:
+            start = self._generation
+
+        def wait() -> bool:
+            with self._added:
+                return self._added.wait_for(lambda: self._generation != start, timeout=timeout)
+
+        return await asyncio.to_thread(wait)

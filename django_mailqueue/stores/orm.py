@@ -1,0 +1,491 @@
+"""`OrmStore`: the contract on Django's ORM — SQLite by default, PostgreSQL, any database Django supports."""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import logging
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from django.db import DatabaseError, connections, models, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models import F, Q
+
+from ..clock import from_micros, to_micros
+from ..exceptions import QueueError
+from ..items import (
+    Completion,
+    ItemQuery,
+    ItemState,
+    NewItem,
+    QueueItem,
+    Recipient,
+    RecipientState,
+    Reply,
+    apply_completion,
+)
+from ..models import QueuedItem, QueuedMessage, QueuedRecipient, QueueLock
+from .base import QueueStore, check_completion, check_new_item, check_owner
+
+if TYPE_CHECKING:
+    from .pg_listen import PgListener
+
+logger = logging.getLogger("django_mailqueue.stores.orm")
+
+#: The PostgreSQL channel an add notifies, so idle workers wake at once.
+NOTIFY_CHANNEL = "django_mailqueue"
+_ADD_LOCK = "add"
+
+
+class OrmStore(QueueStore):
+    """Items in the database Django's `DATABASES[OPTIONS["database"]]` names.
+
+    An add joins the caller's transaction: a `send_mail()` inside
+    `transaction.atomic()` that rolls back queues nothing. Every transaction the
+    store runs itself on PostgreSQL starts with `SET TRANSACTION ISOLATION LEVEL
+    READ COMMITTED`, whatever the sessions default to; the claim takes rows with
+    `SELECT … FOR UPDATE SKIP LOCKED`. On SQLite, whose writers are serialised,
+    each transaction starts with a write, and the claim is one conditional
+    `UPDATE … RETURNING`.
+    """
+
+    supports_transactional_add = True
+
+    def __init__(self, options: Mapping[str, Any] | None = None, *, max_items: int | None = None) -> None:
+        super().__init__(options, max_items=max_items)
+        self.alias: str = str(self.options.get("database", "default"))
+        self._listener: PgListener | None = None
+
+    @classmethod
+    def check_options(cls, options: Mapping[str, Any]) -> builtins.list[str]:
+        unknown = set(options) - {"database"}
+        if unknown:
+            return [f"OrmStore takes 'database' only, not {sorted(unknown)}"]
+        alias = options.get("database", "default")
+        if not isinstance(alias, str):
+            return ["'database' must be an alias of DATABASES"]
+        from django.conf import settings
+
+        if alias not in settings.DATABASES:
+            return [f"'database' {alias!r} is not an alias of DATABASES ({', '.join(settings.DATABASES)})"]
+        return []
+
+    @property
+    def supports_wakeup(self) -> bool:  # type: ignore[override]
+        return self._connection.vendor == "postgresql"
+
+    # --- transactions -------------------------------------------------------------
+
+    @property
+    def _connection(self) -> BaseDatabaseWrapper:
+        return connections[self.alias]
+
+    @contextlib.contextmanager
+    def _write(self, *, join: bool = False) -> Iterator[BaseDatabaseWrapper]:
+        """A transaction for a write: the caller's (with a savepoint) when `join` and
+        one is open, else the store's own, at READ COMMITTED on PostgreSQL."""
+        conn = self._connection
+        try:
+            if join and conn.in_atomic_block:
+                with transaction.atomic(using=self.alias, savepoint=True):
+                    yield conn
+                return
+            if not conn.in_atomic_block:
+                conn.close_if_unusable_or_obsolete()
+            with transaction.atomic(using=self.alias):
+                if conn.vendor == "postgresql" and not _nested(conn):
+                    with conn.cursor() as cursor:
+                        cursor.execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+                yield conn
+        except QueueError:
+            raise
+        except DatabaseError as exc:
+            raise _unavailable(exc) from exc
+
+    @contextlib.contextmanager
+    def _read(self) -> Iterator[None]:
+        conn = self._connection
+        if not conn.in_atomic_block:
+            conn.close_if_unusable_or_obsolete()
+        try:
+            yield
+        except DatabaseError as exc:
+            raise _unavailable(exc) from exc
+
+    def _lock_item(self, conn: BaseDatabaseWrapper, item_id: uuid.UUID) -> QueuedItem | None:
+        """Lock an item's row for the rest of the transaction and read it."""
+        if conn.vendor == "sqlite":
+            # Start with a write so SQLite takes its write lock now, not at a later
+            # upgrade that could fail at once with SQLITE_BUSY.
+            QueuedItem.objects.using(self.alias).filter(id=item_id).update(revision=F("revision"))
+            return QueuedItem.objects.using(self.alias).filter(id=item_id).first()
+        return QueuedItem.objects.using(self.alias).select_for_update().filter(id=item_id).first()
+
+    # --- writing ------------------------------------------------------------------
+
+    def add_many(self, items: Sequence[NewItem], *, now: datetime) -> builtins.list[QueueItem]:
+        for new in items:
+            check_new_item(new)
+        if not items:
+            return []
+        now_us = to_micros(now)
+        with self._write(join=True) as conn:
+            if self.max_items is not None:
+                self._check_room(conn, len(items))
+            rows = []
+            for new in items:
+                due = new.not_before if new.not_before is not None and new.not_before > now else now
+                rows.append(
+                    QueuedItem(
+                        id=new.id,
+                        sender=new.sender,
+                        size=len(new.message),
+                        created=now_us,
+                        next_attempt=to_micros(due),
+                        queue=new.queue,
+                        message_id=new.message_id[:998],
+                        subject=new.subject[:255],
+                    )
+                )
+            created = QueuedItem.objects.using(self.alias).bulk_create(rows)
+            if any(row.seq is None for row in created):
+                by_id = dict(
+                    QueuedItem.objects.using(self.alias).filter(id__in=[r.id for r in rows]).values_list("id", "seq")
+                )
+                for row in created:
+                    row.seq = by_id[row.id]
+            QueuedRecipient.objects.using(self.alias).bulk_create(
+                [
+                    QueuedRecipient(item_id=row.seq, position=i, address=address, domain=_domain(address))
+                    for row, new in zip(created, items, strict=True)
+                    for i, address in enumerate(new.recipients)
+                ]
+            )
+            QueuedMessage.objects.using(self.alias).bulk_create(
+                [
+                    QueuedMessage(item_id=row.seq, data=bytes(new.message))
+                    for row, new in zip(created, items, strict=True)
+                ]
+            )
+            if conn.vendor == "postgresql":
+                with conn.cursor() as cursor:
+                    cursor.execute("SELECT pg_notify(%s, '')", [NOTIFY_CHANNEL])
+        return [
+            QueueItem(
+                id=new.id,
+                sender=new.sender,
+                recipients=tuple(Recipient(a) for a in new.recipients),
+                size=len(new.message),
+                created=from_micros(now_us),
+                next_attempt=from_micros(row.next_attempt),
+                queue=new.queue,
+                message_id=row.message_id,
+                subject=row.subject,
+            )
+            for row, new in zip(created, items, strict=True)
+        ]
+
+    def _check_room(self, conn: BaseDatabaseWrapper, adding: int) -> None:
+        """Count under a lock row, so concurrent adders never pass `max_items` together."""
+        assert self.max_items is not None
+        locks = QueueLock.objects.using(self.alias)
+        if not locks.filter(name=_ADD_LOCK).update(counter=F("counter") + 1):
+            locks.bulk_create([QueueLock(name=_ADD_LOCK)], ignore_conflicts=True)
+            locks.filter(name=_ADD_LOCK).update(counter=F("counter") + 1)
+        bound = self.max_items + 1
+        with conn.cursor() as cursor:
+            cursor.execute(
+                f"SELECT COUNT(*) FROM (SELECT 1 FROM {QueuedItem._meta.db_table} LIMIT %s) AS bounded",  # noqa: S608
+                [bound],
+            )
+            (held,) = cursor.fetchone()
+        if held + adding > self.max_items:
+            raise QueueError("FULL", f"the queue holds {held} items; MAX_ITEMS is {self.max_items}")
+
+    def claim(
+        self, *, owner: str, now: datetime, lease_expires: datetime, queues: Sequence[str] | None = None, limit: int = 1
+    ) -> builtins.list[QueueItem]:
+        check_owner(owner)
+        if limit < 1:
+            return []
+        now_us, expires_us = to_micros(now), to_micros(lease_expires)
+        lanes: Sequence[str | None] = list(queues) if queues else [None]
+        with self._write() as conn:
+            seqs: builtins.list[int] = []
+            for lane in lanes:
+                wanted = limit - len(seqs)
+                if wanted <= 0:
+                    break
+                if conn.vendor == "sqlite":
+                    seqs.extend(self._claim_sqlite(conn, lane, owner, now_us, expires_us, wanted))
+                else:
+                    seqs.extend(self._claim_locked(lane, owner, now_us, expires_us, wanted))
+            if not seqs:
+                return []
+            claimed = self._load(QueuedItem.objects.using(self.alias).filter(seq__in=seqs))
+        lane_of = {name: i for i, name in enumerate(queues or ())}
+        claimed.sort(key=lambda pair: (lane_of.get(pair[1].queue, 0), pair[1].next_attempt, pair[0]))
+        return [item for _, item in claimed]
+
+    def _due(self, lane: str | None, now_us: int) -> models.QuerySet[QueuedItem]:
+        due = (
+            QueuedItem.objects.using(self.alias)
+            .filter(next_attempt__lte=now_us)
+            .filter(Q(lease_expires__isnull=True) | Q(lease_expires__lte=now_us))
+        )
+        return due.filter(queue=lane) if lane is not None else due
+
+    def _claim_locked(
+        self, lane: str | None, owner: str, now_us: int, expires_us: int, limit: int
+    ) -> builtins.list[int]:
+        taken = list(
+            self._due(lane, now_us)
+            .order_by("next_attempt", "seq")
+            .select_for_update(skip_locked=True)
+            .values_list("seq", flat=True)[:limit]
+        )
+        if taken:
+            QueuedItem.objects.using(self.alias).filter(seq__in=taken).update(
+                owner=owner,
+                lease_expires=expires_us,
+                revision=F("revision") + 1,
+                reclaims=models.Case(models.When(owner__isnull=False, then=F("reclaims") + 1), default=F("reclaims")),
+            )
+        return taken
+
+    def _claim_sqlite(
+        self, conn: BaseDatabaseWrapper, lane: str | None, owner: str, now_us: int, expires_us: int, limit: int
+    ) -> builtins.list[int]:
+        table = QueuedItem._meta.db_table
+        lane_sql, params = ("AND queue = %s", [lane]) if lane is not None else ("", [])
+        sql = (
+            f"UPDATE {table} SET owner = %s, lease_expires = %s, revision = revision + 1, "  # noqa: S608
+            "reclaims = reclaims + (CASE WHEN owner IS NULL THEN 0 ELSE 1 END) "
+            f"WHERE seq IN (SELECT seq FROM {table} WHERE next_attempt <= %s "
+            f"AND (lease_expires IS NULL OR lease_expires <= %s) {lane_sql} "
+            "ORDER BY next_attempt, seq LIMIT %s) RETURNING seq"
+        )
+        with conn.cursor() as cursor:
+            cursor.execute(sql, [owner, expires_us, now_us, now_us, *params, limit])
+            return [row[0] for row in cursor.fetchall()]
+
+    def renew(self, ids: Sequence[uuid.UUID], *, owner: str, lease_expires: datetime) -> builtins.list[uuid.UUID]:
+        check_owner(owner)
+        if not ids:
+            return []
+        with self._write():
+            mine = QueuedItem.objects.using(self.alias).filter(id__in=list(ids), owner=owner)
+            mine.update(lease_expires=to_micros(lease_expires))
+            held = set(mine.values_list("id", flat=True))
+        return [item_id for item_id in ids if item_id in held]
+
+    def complete(self, item_id: uuid.UUID, *, owner: str, revision: int, completion: Completion) -> QueueItem | None:
+        check_owner(owner)
+        check_completion(completion)
+        with self._write() as conn:
+            row = self._lock_item(conn, item_id)
+            if row is None:
+                return None
+            if row.owner != owner or row.revision != revision:
+                raise QueueError("LEASE_LOST", f"the lease on {item_id} is no longer held by {owner}", item_id=item_id)
+            recipient_rows = list(
+                QueuedRecipient.objects.using(self.alias).filter(item_id=row.seq).order_by("position")
+            )
+            before = _to_item(row, recipient_rows)
+            after = apply_completion(before, completion)
+            changed = []
+            for rec_row, old, new in zip(recipient_rows, before.recipients, after.recipients, strict=True):
+                if new != old:
+                    _fill_recipient(rec_row, new)
+                    changed.append(rec_row)
+            if after.done:
+                self._drop(row.seq)
+                return after
+            if changed:
+                QueuedRecipient.objects.using(self.alias).bulk_update(
+                    changed, ["state", "reply_code", "reply_status", "reply_text", "remote_mta"]
+                )
+            QueuedItem.objects.using(self.alias).filter(seq=row.seq).update(
+                attempts=after.attempts,
+                next_attempt=to_micros(after.next_attempt),
+                owner=None,
+                lease_expires=None,
+                revision=after.revision,
+                reclaims=0,
+                delay_warned=after.delay_warned,
+            )
+            return after
+
+    def _drop(self, seq: int) -> None:
+        QueuedMessage.objects.using(self.alias).filter(item_id=seq)._raw_delete(self.alias)
+        QueuedRecipient.objects.using(self.alias).filter(item_id=seq)._raw_delete(self.alias)
+        QueuedItem.objects.using(self.alias).filter(seq=seq)._raw_delete(self.alias)
+
+    def reschedule(self, item_id: uuid.UUID, *, at: datetime, owner: str | None = None) -> bool:
+        if owner is not None:
+            check_owner(owner)
+        with self._write():
+            target = QueuedItem.objects.using(self.alias).filter(id=item_id)
+            if owner is not None:
+                moved = target.filter(owner=owner).update(next_attempt=to_micros(at), owner=None, lease_expires=None)
+            else:
+                moved = target.update(next_attempt=to_micros(at))
+            return moved > 0
+
+    def cancel(self, item_id: uuid.UUID) -> QueueItem | None:
+        with self._write() as conn:
+            row = self._lock_item(conn, item_id)
+            if row is None:
+                return None
+            item = _to_item(row, list(QueuedRecipient.objects.using(self.alias).filter(item_id=row.seq)))
+            self._drop(row.seq)
+            return item
+
+    # --- reading ------------------------------------------------------------------
+
+    def get(self, item_id: uuid.UUID) -> QueueItem | None:
+        with self._read():
+            found = self._load(QueuedItem.objects.using(self.alias).filter(id=item_id))
+        return found[0][1] if found else None
+
+    def _load(self, rows: models.QuerySet[QueuedItem]) -> builtins.list[tuple[int, QueueItem]]:
+        items = list(rows)
+        recipients: dict[int, list[QueuedRecipient]] = {row.seq: [] for row in items}
+        if items:
+            for rec in (
+                QueuedRecipient.objects.using(self.alias)
+                .filter(item_id__in=list(recipients))
+                .order_by("item_id", "position")
+            ):
+                recipients[rec.item_id].append(rec)
+        return [(row.seq, _to_item(row, recipients[row.seq])) for row in items]
+
+    def read_message(self, item_id: uuid.UUID) -> bytes | None:
+        with self._read():
+            data = (
+                QueuedMessage.objects.using(self.alias).filter(item__id=item_id).values_list("data", flat=True).first()
+            )
+        return bytes(data) if data is not None else None
+
+    def _query(self, query: ItemQuery | None) -> models.QuerySet[QueuedItem]:
+        rows = QueuedItem.objects.using(self.alias).all()
+        if query is None:
+            return rows
+        if query.queue is not None:
+            rows = rows.filter(queue=query.queue)
+        if query.domain is not None:
+            rows = rows.filter(
+                seq__in=QueuedRecipient.objects.using(self.alias).filter(domain=query.domain.lower()).values("item_id")
+            )
+        if query.search:
+            rows = rows.filter(
+                Q(sender__icontains=query.search)
+                | Q(
+                    seq__in=QueuedRecipient.objects.using(self.alias)
+                    .filter(address__icontains=query.search)
+                    .values("item_id")
+                )
+            )
+        if query.state is not None:
+            if query.now is None:
+                raise ValueError("a state filter needs `now`")
+            now_us = to_micros(query.now)
+            leased = Q(owner__isnull=False, lease_expires__gt=now_us)
+            if query.state is ItemState.LEASED:
+                rows = rows.filter(leased)
+            elif query.state is ItemState.DEFERRED:
+                rows = rows.filter(attempts__gt=0).exclude(leased)
+            elif query.state is ItemState.DUE:
+                rows = rows.filter(attempts=0, next_attempt__lte=now_us).exclude(leased)
+            else:
+                rows = rows.filter(attempts=0, next_attempt__gt=now_us).exclude(leased)
+        return rows
+
+    def list(self, query: ItemQuery | None = None, *, offset: int = 0, limit: int = 100) -> builtins.list[QueueItem]:
+        with self._read():
+            page = self._query(query).order_by("next_attempt", "seq")[offset : offset + limit]
+            return [item for _, item in self._load(page)]
+
+    def count(self, query: ItemQuery | None = None) -> int:
+        with self._read():
+            return self._query(query).count()
+
+    # --- for tests: damage as a real store might suffer it ---------------------------
+
+    def lose_message(self, item_id: uuid.UUID) -> None:
+        """Delete an item's message row but keep the item (a test of the 5.3.0 flow)."""
+        QueuedMessage.objects.using(self.alias).filter(item__id=item_id).delete()
+
+    # --- waking ---------------------------------------------------------------------
+
+    async def await_added(self, timeout: float) -> bool:
+        if self._connection.vendor != "postgresql":
+            return await super().await_added(timeout)
+        if self._listener is None:
+            from .pg_listen import PgListener
+
+            self._listener = PgListener(self._connection.settings_dict, NOTIFY_CHANNEL)
+        return await self._listener.wait(timeout)
+
+    async def aclose(self) -> None:
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            await listener.close()
+        await super().aclose()
+
+
+def _nested(conn: BaseDatabaseWrapper) -> bool:
+    return len(conn.savepoint_ids) > 0
+
+
+def _domain(address: str) -> str:
+    return address.rpartition("@")[2].lower()
+
+
+def _unavailable(exc: DatabaseError) -> QueueError:
+    # The driver's text can name the host, never the password (Django does not put it
+    # in errors); keep only the class and the first line to stay short.
+    reason = str(exc).splitlines()[0] if str(exc) else ""
+    return QueueError("STORE_UNAVAILABLE", f"the database refused the operation: {type(exc).__name__}: {reason}")
+
+
+def _to_item(row: QueuedItem, recipients: Sequence[QueuedRecipient]) -> QueueItem:
+    return QueueItem(
+        id=row.id,
+        sender=row.sender,
+        recipients=tuple(
+            Recipient(
+                address=r.address,
+                state=RecipientState(r.state),
+                reply=Reply(r.reply_code, r.reply_status, r.reply_text)
+                if (r.reply_status or r.reply_text or r.reply_code is not None)
+                else None,
+                remote_mta=r.remote_mta,
+            )
+            for r in recipients
+        ),
+        size=row.size,
+        created=from_micros(row.created),
+        next_attempt=from_micros(row.next_attempt),
+        attempts=row.attempts,
+        queue=row.queue,
+        owner=row.owner,
+        lease_expires=from_micros(row.lease_expires) if row.lease_expires is not None else None,
+        revision=row.revision,
+        reclaims=row.reclaims,
+        delay_warned=row.delay_warned,
+        message_id=row.message_id,
+        subject=row.subject,
+    )
+
+
+def _fill_recipient(row: QueuedRecipient, recipient: Recipient) -> None:
+    row.state = recipient.state.value
+    reply = recipient.reply
+    row.reply_code = reply.code if reply else None
+    row.reply_status = reply.status if reply else ""
+    row.reply_text = reply.text if reply else ""
+    row.remote_mta = recipient.remote_mta

@@ -1,0 +1,63 @@
+"""Fixtures shared by the whole suite: the PostgreSQL and Redis gates, a clock."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+pytest.register_assert_rewrite("django_mailqueue.testing")
+
+from django.conf import settings  # noqa: E402
+
+from django_mailqueue.clock import FakeClock  # noqa: E402
+from django_mailqueue.conf import get_settings  # noqa: E402
+from django_mailqueue.stores import reset_store  # noqa: E402
+from tests.support.services import REQUIRED, redis_reachable, skip_or_fail  # noqa: E402
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    lines = []
+    pg = "available" if settings.PG_AVAILABLE else f"absent: {settings.PG_REASON}"
+    ok, reason = redis_reachable(settings.REDIS_URL)
+    lines.append(f"mailqueue: PostgreSQL {pg}")
+    lines.append(f"mailqueue: Redis {'available' if ok else 'absent: ' + reason}")
+    lines.append(f"mailqueue: services required: {REQUIRED}")
+    return lines
+
+
+@pytest.fixture
+def pg_alias() -> str:
+    """The database alias of the PostgreSQL test database; skips (or fails) without one."""
+    if not settings.PG_AVAILABLE:
+        skip_or_fail(settings.PG_REASON)
+    return "pg"
+
+
+@pytest.fixture
+def redis_url() -> str:
+    ok, reason = redis_reachable(settings.REDIS_URL)
+    if not ok:
+        skip_or_fail(reason)
+    return str(settings.REDIS_URL)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture(autouse=True)
+def _queue_backend(settings: Any) -> None:
+    """Django's test set-up swaps EMAIL_BACKEND for locmem; the suite tests the queue's."""
+    settings.EMAIL_BACKEND = "django_mailqueue.backends.QueueEmailBackend"
+
+
+@pytest.fixture(autouse=True)
+def _fresh_settings() -> Iterator[None]:
+    get_settings.cache_clear()
+    reset_store()
+    yield
+    get_settings.cache_clear()
+    reset_store()

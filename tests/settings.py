@@ -1,0 +1,86 @@
+"""Django settings for the test suite: SQLite always, PostgreSQL and Redis when reachable."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+from tests.support.services import postgres_reachable
+
+SECRET_KEY = "tests-only-not-secret"  # noqa: S105
+DEBUG = False
+USE_TZ = True
+TIME_ZONE = "UTC"
+ROOT_URLCONF = "tests.urls"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+ALLOWED_HOSTS = ["*"]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django_mailqueue",
+]
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+
+DATABASES: dict[str, dict[str, object]] = {
+    "default": {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": ":memory:",  # the test database is a file (below), so threads share it
+        "OPTIONS": {"timeout": 20},
+        "TEST": {
+            "NAME": os.environ.get("MAILQUEUE_TEST_SQLITE")
+            or os.path.join(tempfile.mkdtemp(prefix="mailqueue-tests-"), "test.sqlite3")
+        },
+    },
+}
+
+PG_URL = os.environ.get("MAILQUEUE_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
+PG_AVAILABLE, PG_REASON = postgres_reachable(PG_URL)
+if PG_AVAILABLE:
+    from urllib.parse import urlsplit
+
+    _pg = urlsplit(PG_URL)
+    _pg_settings = {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": (_pg.path or "/test").lstrip("/"),
+        "USER": _pg.username or "postgres",
+        "PASSWORD": _pg.password or "",
+        "HOST": _pg.hostname or "127.0.0.1",
+        "PORT": str(_pg.port or 5432),
+    }
+    DATABASES["pg"] = {**_pg_settings, "TEST": {"NAME": "test_mailqueue"}}
+    # The same database, every session defaulting to SERIALIZABLE.
+    DATABASES["pg_serializable"] = {
+        **_pg_settings,
+        "OPTIONS": {"options": "-c default_transaction_isolation=serializable"},
+        "TEST": {"MIRROR": "pg"},
+    }
+
+REDIS_URL = os.environ.get("MAILQUEUE_TEST_REDIS", "redis://127.0.0.1:6379/9")
+
+EMAIL_BACKEND = "django_mailqueue.backends.QueueEmailBackend"
+MAILQUEUE: dict[str, object] = {"HOSTNAME": "mx.test.example"}
+
+LOGGING_CONFIG = None

@@ -1,0 +1,81 @@
+"""Races on PostgreSQL: many claimers and many adders, each on its own connection."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+
+import pytest
+from django.db import connections
+
+from django_mailqueue.exceptions import QueueError
+from django_mailqueue.stores.orm import OrmStore
+from django_mailqueue.testing.contract import T0, at, new_item
+
+pytestmark = [
+    pytest.mark.postgres,
+    pytest.mark.django_db(transaction=True, databases=["default", "pg", "pg_serializable"]),
+]
+
+
+def _in_threads(count: int, work):  # type: ignore[no-untyped-def]
+    barrier = threading.Barrier(count)
+
+    def run(index: int):  # type: ignore[no-untyped-def]
+        try:
+            barrier.wait()
+            return work(index)
+        finally:
+            connections.close_all()
+
+    with ThreadPoolExecutor(count) as pool:
+        return list(pool.map(run, range(count)))
+
+
+def _drain(alias: str, total: int) -> list[list[uuid.UUID]]:
+    store = OrmStore({"database": alias})
+
+    def drain(index: int) -> list[uuid.UUID]:
+        taken: list[uuid.UUID] = []
+        while claimed := store.claim(owner=f"w{index}", now=at(1), lease_expires=at(600), limit=5):
+            taken.extend(item.id for item in claimed)
+        return taken
+
+    return _in_threads(8, drain)
+
+
+@pytest.mark.parametrize("alias", ["pg", "pg_serializable"])
+def test_eight_claimers_drain_2000_items_each_claimed_once(pg_alias: str, alias: str) -> None:
+    if alias == "pg_serializable":
+        with connections[alias].cursor() as cursor:
+            cursor.execute("SHOW default_transaction_isolation")
+            assert cursor.fetchone()[0] == "serializable"
+    adder = OrmStore({"database": "pg"})
+    for start in range(0, 2000, 500):
+        adder.add_many([new_item([f"r{start + i}@example.org"]) for i in range(500)], now=T0)
+    results = _drain(alias, 2000)
+    every = [item_id for taken in results for item_id in taken]
+    assert len(every) == 2000
+    assert len(set(every)) == 2000
+    assert sum(1 for taken in results if taken) >= 2, "the claimers did not run concurrently"
+
+
+@pytest.mark.parametrize("alias", ["pg", "pg_serializable"])
+def test_eight_adders_never_pass_max_items(pg_alias: str, alias: str) -> None:
+    store = OrmStore({"database": alias}, max_items=100)
+
+    def add(index: int) -> int:
+        added = 0
+        for _ in range(30):
+            try:
+                store.add(new_item(), now=T0 + timedelta(microseconds=index))
+                added += 1
+            except QueueError as exc:
+                assert exc.code == "FULL", exc
+        return added
+
+    counts = _in_threads(8, add)
+    assert sum(counts) == 100
+    assert OrmStore({"database": "pg"}).count() == 100

@@ -1,0 +1,128 @@
+"""MAILQUEUE: every key validated with its name in the message, and reported by `manage.py check`."""
+
+from __future__ import annotations
+
+from io import StringIO
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import SystemCheckError
+from django.test import override_settings
+
+from django_mailqueue.conf import KEYS, MxRoute, QueueSettings, RelayRoute, get_settings, load_settings
+from django_mailqueue.exceptions import QueueError, QueueSettingsError
+from django_mailqueue.stores import get_store
+from django_mailqueue.stores.memory import MemoryStore
+
+BAD_VALUES: dict[str, list[Any]] = {
+    "STORE": ["orm", {"BACKEND": 3}, {"OPTIONS": []}, {"BACKEND": "django_mailqueue.stores.orm.OrmStore",
+                                                        "OPTIONS": {"database": "nope"}}, {"ENGINE": "x"}],
+    "HOSTNAME": [3, "mail example", "mail.example\r\n"],
+    "ROUTES": ["mx", {"*": "smtp"}, {"corp.example": {"PORT": 25}}, {"x.example": {"HOST": "h", "TLS": "yes"}},
+               {"x.example": {"HOST": "h", "USERNAME": "u"}}, {"x.example": {"HOST": "h", "PORT": 70000}},
+               {"x.example": {"HOST": "h", "PASSWORD": "p\nq", "USERNAME": "u"}}],
+    "DNS": [["127.0.0.1"], {"NAMESERVERS": "127.0.0.1"}, {"NAMESERVERS": ["dns.example"]}, {"PORT": 0},
+            {"TIMEOUT": -1}, {"SERVERS": []}],
+    "MX_PORT": [0, 65536, "25", 2.5],
+    "RETRY_DELAYS": [[], 300, [300, -1], ["300"]],
+    "MAX_LIFETIME": [0, -5, "1d", None],
+    "DELAY_WARNING": [0, "soon"],
+    "DSN": ["yes", 1, None],
+    "MAX_ITEMS": [0, -1, 1.5, "100"],
+    "MAX_MESSAGE_SIZE": [0, 1.5, None],
+    "LEASE": [0, 0.5, "300", 10**9],
+    "MAX_RECLAIMS": [-1, 1.5],
+    "CONCURRENCY": [0, 10**6, True],
+    "TIMEOUTS": [30, {"CONNECT": 0}, {"NOPE": 3}],
+    "MX_ADDRESS_LIMIT": [0, 1000],
+    "RCPT_LIMIT": [0],
+    "POLL_INTERVAL": [0, -1],
+    "HISTORY_DAYS": [-1, 2.5],
+}
+
+
+def test_every_key_has_bad_values_here() -> None:
+    assert set(BAD_VALUES) == {key.name for key in KEYS}
+
+
+@pytest.mark.parametrize(("key", "value"), [(k, v) for k, values in BAD_VALUES.items() for v in values])
+def test_a_bad_value_raises_naming_the_key_and_shows_in_check(key: str, value: Any) -> None:
+    with pytest.raises(QueueSettingsError) as raised:
+        load_settings({key: value})
+    assert key in str(raised.value)
+    assert raised.value.code == "INVALID_OPTION"
+    expected_id = next(k.check_id for k in KEYS if k.name == key)
+    if key == "STORE" and isinstance(value, dict) and "OPTIONS" in value and "BACKEND" in value:
+        expected_id = "mailqueue.E003"
+    assert raised.value.check_id == expected_id
+    with override_settings(MAILQUEUE={key: value}):
+        with pytest.raises(QueueSettingsError):
+            get_settings()
+        out = StringIO()
+        with pytest.raises(SystemCheckError) as check:
+            call_command("check", stdout=out, stderr=out)
+        assert expected_id in str(check.value)
+        assert key in str(check.value)
+
+
+def test_an_unknown_store_is_refused_naming_the_stores_that_exist() -> None:
+    with pytest.raises(QueueSettingsError) as raised:
+        load_settings({"STORE": {"BACKEND": "myapp.stores.Nope"}})
+    message = str(raised.value)
+    for name in ("OrmStore", "RedisStore", "MemoryStore"):
+        assert name in message
+
+
+def test_an_unknown_key_is_refused() -> None:
+    with pytest.raises(QueueSettingsError) as raised:
+        load_settings({"RETRY": [1]})
+    assert "RETRY" in str(raised.value) and raised.value.check_id == "mailqueue.E001"
+
+
+def test_defaults() -> None:
+    parsed = load_settings({})
+    assert isinstance(parsed, QueueSettings)
+    assert parsed.retry_delays == (300, 600, 1200, 2400, 4000)
+    assert parsed.max_lifetime == 5 * 86400 and parsed.delay_warning == 4 * 3600
+    assert parsed.lease == 300 and parsed.max_reclaims == 3 and parsed.concurrency == 20
+    assert parsed.max_message_size == 25 * 1024 * 1024 and parsed.max_items is None and parsed.dsn is True
+    assert parsed.mx_port == 25 and parsed.hostname
+    assert isinstance(parsed.route_for("anything.example"), MxRoute)
+
+
+def test_routes_are_parsed_and_the_password_is_not_shown() -> None:
+    parsed = load_settings({"ROUTES": {"Corp.Example": {"HOST": "relay.corp.example", "USERNAME": "u",
+                                                        "PASSWORD": "hunter2-secret", "TLS": "implicit"},
+                                       "bücher.example": "mx"}})
+    relay = parsed.route_for("corp.example")
+    assert isinstance(relay, RelayRoute) and relay.port == 465 and relay.tls == "implicit"
+    assert "hunter2-secret" not in repr(relay) and "hunter2-secret" not in repr(parsed)
+    assert isinstance(parsed.route_for("xn--bcher-kva.example"), MxRoute)
+    with pytest.raises(QueueSettingsError) as raised:
+        load_settings({"ROUTES": {"x.example": {"HOST": "h", "USERNAME": "u", "PASSWORD": "hunter2", "X": 1}}})
+    assert "hunter2" not in str(raised.value)
+
+
+def test_the_settings_are_read_once_and_again_after_a_change() -> None:
+    with override_settings(MAILQUEUE={"LEASE": 42}):
+        assert get_settings() is get_settings()
+        assert get_settings().lease == 42
+    assert get_settings().lease == 300
+
+
+def test_nothing_connects_before_first_use() -> None:
+    unreachable = {"BACKEND": "django_mailqueue.stores.orm.OrmStore", "OPTIONS": {"database": "default"}}
+    with override_settings(MAILQUEUE={"STORE": unreachable}):
+        get_settings()  # parsing connects to nothing (the SQLite file may not even exist yet)
+    with override_settings(MAILQUEUE={"STORE": {"BACKEND": "django_mailqueue.stores.memory.MemoryStore"},
+                                      "MAX_ITEMS": 7}):
+        store = get_store()
+        assert isinstance(store, MemoryStore) and store.max_items == 7
+        assert get_store() is store
+
+
+def test_a_store_refuses_options_it_does_not_take() -> None:
+    with pytest.raises(QueueError) as raised:
+        MemoryStore({"url": "x"})
+    assert raised.value.code == "INVALID_OPTION"

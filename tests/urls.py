@@ -1,0 +1,6 @@
+"""URLs for the test suite: the admin."""
+
+from django.contrib import admin
+from django.urls import path
+
+urlpatterns = [path("admin/", admin.site.urls)]
