@@ -12,6 +12,7 @@ from typing import Any
 
 from ..exceptions import QueueError
 from ..items import Completion, ItemQuery, NewItem, QueueItem, RecipientOutcome
+from ..status import QueueSummary
 from ..text import refuse_line_breaks, refuse_unkeepable
 
 
@@ -143,6 +144,23 @@ class QueueStore(abc.ABC):
     @abc.abstractmethod
     def count(self, query: ItemQuery | None = None) -> int:
         """How many items pass `query` (all items when None)."""
+
+    def summary(self, *, now: datetime) -> QueueSummary:
+        """Counts by state and queue, deferred recipients by domain, the oldest due item.
+
+        The default reads every item a page at a time; a store may answer with
+        aggregate queries instead.
+        """
+        summary = QueueSummary(now=now)
+        offset = 0
+        while page := self.list(offset=offset, limit=1000):
+            for item in page:
+                summary.count(item)
+            offset += len(page)
+        return summary
+
+    async def asummary(self, *, now: datetime) -> QueueSummary:
+        return await asyncio.to_thread(self.summary, now=now)
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Let go of connections the store opened itself; closing twice is fine."""

@@ -40,7 +40,6 @@ class MemoryStore(QueueStore):
         self._items: dict[uuid.UUID, tuple[int, QueueItem]] = {}
         self._messages: dict[uuid.UUID, bytes] = {}
         self._seq = itertools.count(1)
-        self._added = threading.Condition(self._lock)
         self._generation = 0
 
     # --- writing ------------------------------------------------------------------
@@ -71,7 +70,6 @@ class MemoryStore(QueueStore):
                 self._messages[item.id] = bytes(new.message)
                 added.append(item)
             self._generation += 1
-            self._added.notify_all()
         return added
 
     def claim(
@@ -142,7 +140,6 @@ class MemoryStore(QueueStore):
                 item = replace(item, owner=None, lease_expires=None)
             self._items[item_id] = (seq, replace(item, next_attempt=at))
             self._generation += 1
-            self._added.notify_all()
             return True
 
     def cancel(self, item_id: uuid.UUID) -> QueueItem | None:
@@ -183,11 +180,14 @@ class MemoryStore(QueueStore):
     # --- waking ---------------------------------------------------------------------
 
     async def await_added(self, timeout: float) -> bool:
+        # Adds come from any thread; looking every 10 ms keeps this cancellable
+        # and cheap, without holding an executor thread while idle.
         with self._lock:
             start = self._generation
-
-        def wait() -> bool:
-            with self._added:
-                return self._added.wait_for(lambda: self._generation != start, timeout=timeout)
-
-        return await asyncio.to_thread(wait)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while loop.time() < deadline:
+            if self._generation != start:
+                return True
+            await asyncio.sleep(min(0.01, max(0.0, deadline - loop.time())))
+        return self._generation != start

@@ -6,6 +6,7 @@ import builtins
 import contextlib
 import logging
 import uuid
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -28,6 +29,7 @@ from ..items import (
     apply_completion,
 )
 from ..models import QueuedItem, QueuedMessage, QueuedRecipient, QueueLock
+from ..status import QueueSummary
 from .base import QueueStore, check_completion, check_new_item, check_owner
 
 if TYPE_CHECKING:
@@ -412,6 +414,44 @@ class OrmStore(QueueStore):
     def count(self, query: ItemQuery | None = None) -> int:
         with self._read():
             return self._query(query).count()
+
+    def summary(self, *, now: datetime) -> QueueSummary:
+        """Aggregate queries: one per part of the summary, whatever the queue's size."""
+        now_us = to_micros(now)
+        leased = Q(owner__isnull=False, lease_expires__gt=now_us)
+        state = models.Case(
+            models.When(leased, then=models.Value(ItemState.LEASED.value)),
+            models.When(attempts__gt=0, then=models.Value(ItemState.DEFERRED.value)),
+            models.When(next_attempt__lte=now_us, then=models.Value(ItemState.DUE.value)),
+            default=models.Value(ItemState.SCHEDULED.value),
+            output_field=models.CharField(),
+        )
+        summary = QueueSummary(now=now)
+        with self._read():
+            rows = (
+                QueuedItem.objects.using(self.alias)
+                .annotate(state=state)
+                .values("queue", "state")
+                .annotate(n=models.Count("seq"))
+                .order_by()
+            )
+            for row in rows:
+                summary.total += row["n"]
+                summary.by_state[row["state"]] += row["n"]
+                summary.by_queue.setdefault(row["queue"], Counter())[row["state"]] += row["n"]
+            domains = (
+                QueuedRecipient.objects.using(self.alias)
+                .filter(state=RecipientState.PENDING.value, item__attempts__gt=0)
+                .exclude(item__owner__isnull=False, item__lease_expires__gt=now_us)
+                .values("domain")
+                .annotate(n=models.Count("id"))
+                .order_by("-n", "domain")[:100]
+            )
+            for by_domain in domains:
+                summary.deferred_by_domain[by_domain["domain"]] = by_domain["n"]
+            oldest = self._load(self._due(None, now_us).order_by("next_attempt", "seq")[:1])
+            summary.oldest_due = oldest[0][1] if oldest else None
+        return summary
 
     # --- for tests: damage as a real store might suffer it ---------------------------
 

@@ -1,0 +1,115 @@
+"""`manage.py mailqueue_work`: run a worker until SIGTERM/SIGINT, or once with `--once`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+
+from ...conf import get_settings
+from ...exceptions import QueueError
+from ...stores import get_store
+from ...worker import Worker
+from ...worker.engine import WorkerStats
+
+
+def _positive(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return number
+
+
+def _queues(value: str) -> list[str]:
+    names = [name.strip() for name in value.split(",") if name.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("name at least one queue")
+    return names
+
+
+class Command(BaseCommand):
+    help = "Deliver the mail queue: claim due items, deliver them, retry, send DSNs."
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--once", action="store_true", help="deliver everything due now, wait for those deliveries, and exit 0"
+        )
+        parser.add_argument(
+            "--concurrency", type=_positive, default=None, help="items in flight (default: MAILQUEUE['CONCURRENCY'])"
+        )
+        parser.add_argument(
+            "--queues", type=_queues, default=None, help="comma-separated queues, in order of preference (default: all)"
+        )
+        parser.add_argument("--owner", default=None, help="this worker's name in leases (default: host:pid:random)")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            settings = get_settings()
+            store = get_store()
+        except QueueError as exc:
+            raise CommandError(str(exc)) from None
+        verbosity = int(options["verbosity"])
+        if verbosity >= 2:
+            logging.getLogger("django_mailqueue").setLevel(logging.DEBUG if verbosity >= 3 else logging.INFO)
+        worker = Worker(
+            store=store,
+            settings=settings,
+            owner=options["owner"],
+            queues=options["queues"],
+            concurrency=options["concurrency"],
+            once=options["once"],
+        )
+        stats = asyncio.run(self._run(worker, verbosity))
+        if verbosity >= 1:
+            self.stdout.write(
+                f"mailqueue: {stats.claimed} attempts, {stats.delivered} delivered, {stats.deferred} deferred, "
+                f"{stats.failed} failed, {stats.dsns} DSNs, {stats.leases_lost} leases lost, "
+                f"{stats.given_back} given back"
+            )
+
+    async def _run(self, worker: Worker, verbosity: int) -> WorkerStats:
+        loop = asyncio.get_running_loop()
+        signals_seen = 0
+
+        def on_signal(signum: int) -> None:
+            nonlocal signals_seen
+            signals_seen += 1
+            if signals_seen > 1:
+                self.stderr.write("mailqueue: second signal, exiting at once; leases expire as for a crash")
+                os._exit(1)
+            if verbosity >= 1:
+                self.stderr.write(
+                    f"mailqueue: {signal.Signals(signum).name}: finishing the sessions under way "
+                    "(send it again to exit at once)"
+                )
+            worker.stop()
+
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, on_signal, signum)
+        progress = None
+        if worker.once and verbosity >= 1 and sys.stdout.isatty():
+            progress = asyncio.create_task(self._progress(worker))
+        try:
+            return await worker.run()
+        finally:
+            if progress is not None:
+                progress.cancel()
+            await worker.store.aclose()
+
+    async def _progress(self, worker: Worker) -> None:
+        while True:
+            await asyncio.sleep(1)
+            s = worker.stats
+            self.stdout.write(
+                f"\r{s.claimed} attempts: {s.delivered} delivered, {s.deferred} deferred, {s.failed} failed", ending=""
+            )
+            self.stdout.flush()

@@ -1,0 +1,477 @@
+"""The worker engine: an asyncio loop that claims, delivers, records and tells, with leases renewed."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import socket
+import uuid
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Protocol
+
+from .. import signals
+from ..clock import Clock, SystemClock
+from ..conf import QueueSettings
+from ..exceptions import QueueError
+from ..items import Completion, QueueItem, Recipient, RecipientOutcome, RecipientState, Reply
+from ..stores.base import QueueStore
+from .dsn import DsnKind, DsnReport, build_dsn, original_header_block
+from .events import Event, tell
+from .retries import delay_warning_due, expired, next_attempt_after, retry_until
+
+if TYPE_CHECKING:
+    from ..delivery import AttemptResult
+
+logger = logging.getLogger("django_mailqueue")
+
+UNREADABLE = Reply(None, "5.3.0", "Message unreadable: the queue store holds the item but not its message")
+
+
+class Deliverer(Protocol):
+    """What the worker needs of the delivery layer (`django_mailqueue.delivery.Deliverer`)."""
+
+    async def deliver(self, sender: str, recipients: Sequence[str], message: bytes) -> AttemptResult: ...
+
+    async def aclose(self) -> None: ...
+
+
+@dataclass
+class _Attempt:
+    item: QueueItem
+    task: asyncio.Task[None] | None = None
+    lost: bool = False
+
+
+@dataclass
+class WorkerStats:
+    """What a worker did, for `--once`'s summary and for tests."""
+
+    claimed: int = 0
+    delivered: int = 0
+    deferred: int = 0
+    failed: int = 0
+    dsns: int = 0
+    leases_lost: int = 0
+    given_back: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+def default_owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class Worker:
+    """Delivers the queue of `store` until stopped (or, with `once`, until nothing is due).
+
+    One asyncio loop holds up to `concurrency` attempts in flight. The store is
+    only reached through its async methods, signal receivers run in a thread,
+    so the loop never blocks. One timer renews every lease this worker holds at
+    half the lease.
+    """
+
+    def __init__(
+        self,
+        *,
+        store: QueueStore,
+        settings: QueueSettings,
+        deliverer: Deliverer | None = None,
+        clock: Clock | None = None,
+        owner: str | None = None,
+        queues: Sequence[str] | None = None,
+        concurrency: int | None = None,
+        once: bool = False,
+        rng: random.Random | None = None,
+        prefetch: int | None = None,
+    ) -> None:
+        self.store = store
+        self.settings = settings
+        self.clock: Clock = clock or SystemClock()
+        if deliverer is None:
+            from ..delivery import Deliverer as SmtpDeliverer
+
+            deliverer = SmtpDeliverer(settings, clock=self.clock)
+        self.deliverer = deliverer
+        self.owner = owner or default_owner()
+        self.queues = list(queues) if queues else None
+        self.concurrency = concurrency or settings.concurrency
+        self.prefetch = prefetch if prefetch is not None else max(1, self.concurrency // 4)
+        self.once = once
+        self.rng = rng or random.Random()
+        self.stats = WorkerStats()
+        self._stopping = asyncio.Event()
+        self._held: dict[uuid.UUID, _Attempt] = {}
+        self._waiting: deque[_Attempt] = deque()
+        self._running: set[asyncio.Task[None]] = set()
+        self._wake: asyncio.Task[bool] | None = None
+
+    @property
+    def lease(self) -> timedelta:
+        return timedelta(seconds=self.settings.lease)
+
+    def stop(self) -> None:
+        """Claim nothing more; let attempts under way finish; give back the rest."""
+        self._stopping.set()
+
+    # --- the loop -------------------------------------------------------------------
+
+    async def run(self) -> WorkerStats:
+        renewer = asyncio.create_task(self._renew_leases(), name="mailqueue-renew")
+        try:
+            await self._loop()
+        finally:
+            await self._give_back()
+            if self._running:
+                await asyncio.gather(*self._running, return_exceptions=True)
+            renewer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewer
+            if self._wake is not None:
+                self._wake.cancel()
+                with contextlib.suppress(BaseException):
+                    await self._wake
+            await self.deliverer.aclose()
+        return self.stats
+
+    async def _loop(self) -> None:
+        while not self._stopping.is_set():
+            self._start_waiting()
+            room = self.concurrency + self.prefetch - len(self._held)
+            claimed: list[QueueItem] = []
+            if room > 0 and len(self._waiting) < self.prefetch + 1:
+                claimed = await self._claim(room)
+                self._start_waiting()
+            if claimed:
+                continue
+            if self.once and not self._held:
+                return
+            await self._idle(room > 0)
+
+    async def _claim(self, room: int) -> list[QueueItem]:
+        now = self.clock.now()
+        try:
+            claimed = await self.store.aclaim(
+                owner=self.owner, now=now, lease_expires=now + self.lease, queues=self.queues, limit=room
+            )
+        except QueueError as exc:
+            await self._error(exc, None)
+            await self._sleep(min(5.0, self.settings.poll_interval))
+            return []
+        for item in claimed:
+            self.stats.claimed += 1
+            attempt = _Attempt(item)
+            self._held[item.id] = attempt
+            self._waiting.append(attempt)
+        return claimed
+
+    def _start_waiting(self) -> None:
+        while self._waiting and len(self._running) < self.concurrency and not self._stopping.is_set():
+            attempt = self._waiting.popleft()
+            if attempt.lost:
+                continue
+            task = asyncio.create_task(self._attempt(attempt), name=f"mailqueue-attempt-{attempt.item.id}")
+            attempt.task = task
+            self._running.add(task)
+            task.add_done_callback(self._running.discard)
+
+    async def _idle(self, can_claim: bool) -> None:
+        """Wait for an attempt to end, or (with room to claim) for new mail or the poll interval."""
+        waits: set[asyncio.Future[Any]] = set(self._running)
+        stop = asyncio.ensure_future(self._stopping.wait())
+        waits.add(stop)
+        if can_claim:
+            if self._wake is None or self._wake.done():
+                self._wake = asyncio.ensure_future(self.store.await_added(self.settings.poll_interval))
+            waits.add(self._wake)
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+
+    async def _sleep(self, seconds: float) -> None:
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._stopping.wait(), seconds)
+
+    async def _give_back(self) -> None:
+        """Return claimed-but-unstarted items: due at once, no attempt counted."""
+        while self._waiting:
+            attempt = self._waiting.popleft()
+            self._held.pop(attempt.item.id, None)
+            if attempt.lost:
+                continue
+            try:
+                if await self.store.areschedule(attempt.item.id, at=self.clock.now(), owner=self.owner):
+                    self.stats.given_back += 1
+            except QueueError as exc:
+                await self._error(exc, attempt.item.id)
+
+    async def _renew_leases(self) -> None:
+        interval = max(0.05, self.settings.lease / 2)
+        while True:
+            await asyncio.sleep(interval)
+            ids = [item_id for item_id, attempt in self._held.items() if not attempt.lost]
+            if not ids:
+                continue
+            try:
+                held = set(await self.store.arenew(ids, owner=self.owner, lease_expires=self.clock.now() + self.lease))
+            except QueueError as exc:
+                await self._error(exc, None)
+                continue
+            for item_id in ids:
+                attempt = self._held.get(item_id)
+                if item_id not in held and attempt is not None and not attempt.lost:
+                    await self._lose(attempt, "its lease was not renewed: another worker holds it, or it is gone")
+
+    async def _lose(self, attempt: _Attempt, why: str) -> None:
+        attempt.lost = True
+        self.stats.leases_lost += 1
+        if attempt.task is not None and not attempt.task.done():
+            attempt.task.cancel()
+        self._held.pop(attempt.item.id, None)
+        await self._error(
+            QueueError(
+                "LEASE_LOST",
+                f"lost the lease on {attempt.item.id}: {why}; nothing was recorded",
+                item_id=attempt.item.id,
+            ),
+            attempt.item.id,
+        )
+
+    # --- one attempt ----------------------------------------------------------------
+
+    async def _attempt(self, attempt: _Attempt) -> None:
+        item = attempt.item
+        try:
+            await self._deliver_item(attempt)
+        except asyncio.CancelledError:
+            if not attempt.lost:
+                raise
+        except Exception as exc:  # noqa: BLE001 - one item's bug must not stop the worker
+            logger.exception("the attempt on %s failed unexpectedly", item.id)
+            await self._error(
+                QueueError("STORE_UNAVAILABLE", f"the attempt on {item.id} failed: {type(exc).__name__}"), item.id
+            )
+        finally:
+            if self._held.get(item.id) is attempt:
+                del self._held[item.id]
+
+    async def _deliver_item(self, attempt: _Attempt) -> None:
+        item = attempt.item
+        pending = item.pending
+        if not pending:
+            return
+        if item.reclaims > self.settings.max_reclaims:
+            reply = Reply(
+                None,
+                "5.4.0",
+                f"the item was reclaimed {item.reclaims} times without an outcome: each attempt lost its worker",
+            )
+            outcomes = tuple(RecipientOutcome(r.address, RecipientState.FAILED, reply) for r in pending)
+            await self._record(
+                attempt, outcomes, possibly_delivered=frozenset(), errors=(), original=None, message_lost=False
+            )
+            return
+        message = await self.store.aread_message(item.id)
+        if message is None:
+            if await self.store.aget(item.id) is None:
+                return  # cancelled, or finished by another worker: nothing to do
+            outcomes = tuple(RecipientOutcome(r.address, RecipientState.FAILED, UNREADABLE) for r in pending)
+            await self._record(
+                attempt, outcomes, possibly_delivered=frozenset(), errors=(), original=None, message_lost=True
+            )
+            return
+        result = await self.deliverer.deliver(item.sender, [r.address for r in pending], message)
+        await self._record(
+            attempt,
+            result.outcomes,
+            possibly_delivered=result.possibly_delivered,
+            errors=tuple(result.errors),
+            original=message,
+            message_lost=False,
+        )
+
+    async def _record(
+        self,
+        attempt: _Attempt,
+        outcomes: Sequence[RecipientOutcome],
+        *,
+        possibly_delivered: frozenset[str],
+        errors: Sequence[QueueError],
+        original: bytes | None,
+        message_lost: bool,
+    ) -> None:
+        item = attempt.item
+        now = self.clock.now()
+        number = item.attempts + 1
+        if expired(self.settings, created=item.created, now=now):
+            outcomes = [
+                replace(o, state=RecipientState.FAILED) if o.state is RecipientState.PENDING else o for o in outcomes
+            ]
+        still_pending = [o for o in outcomes if o.state is RecipientState.PENDING]
+        warn = (
+            bool(still_pending)
+            and not item.delay_warned
+            and self.settings.dsn
+            and item.sender != ""
+            and delay_warning_due(self.settings, created=item.created, now=now)
+        )
+        next_attempt = next_attempt_after(self.settings, now=now, attempts=number, rng=self.rng)
+        completion = Completion(tuple(outcomes), next_attempt=next_attempt, delay_warned=warn)
+        if attempt.lost:
+            return
+        try:
+            recorded = await self.store.acomplete(
+                item.id, owner=self.owner, revision=item.revision, completion=completion
+            )
+        except QueueError as exc:
+            if exc.code == "LEASE_LOST":
+                self.stats.leases_lost += 1
+            await self._error(exc, item.id)
+            return
+        self._held.pop(item.id, None)
+        told_dsn = True
+        if recorded is None:
+            lease = item.lease_expires
+            if lease is None or lease <= now:
+                self.stats.leases_lost += 1
+                await self._error(
+                    QueueError(
+                        "LEASE_LOST",
+                        f"the item {item.id} is gone and its lease had expired: "
+                        "it was cancelled or finished by another worker; nothing was recorded",
+                        item_id=item.id,
+                    ),
+                    item.id,
+                )
+                return
+            told_dsn = False  # cancelled while we held it: tell the outcomes, send no DSN
+        events: list[Event] = []
+        sender = type(self.store)
+        if message_lost:
+            events.append(
+                (
+                    signals.error,
+                    {
+                        "error": QueueError(
+                            "MESSAGE_UNREADABLE",
+                            f"The message of {item.id} is unreadable: the store holds the item but not "
+                            "its message, so every pending recipient failed",
+                            item_id=item.id,
+                        ),
+                        "item_id": item.id,
+                    },
+                )
+            )
+        for problem in errors:
+            events.append((signals.error, {"error": problem, "item_id": item.id}))
+        for address in sorted(possibly_delivered):
+            events.append(
+                (
+                    signals.error,
+                    {
+                        "error": QueueError(
+                            "REPLY_LOST",
+                            f"the reply after the end of data for {address} was lost: {item.id} may have been delivered to "
+                            "it already and will be tried again",
+                            item_id=item.id,
+                        ),
+                        "item_id": item.id,
+                    },
+                )
+            )
+        newly_failed: list[Recipient] = []
+        delayed: list[Recipient] = []
+        by_address = {o.address: o for o in outcomes}
+        for recipient in item.pending:
+            decided = by_address.get(recipient.address)
+            if decided is None:
+                continue
+            kwargs: dict[str, Any] = {
+                "item_id": item.id,
+                "recipient": recipient.address,
+                "reply": decided.reply,
+                "attempt": number,
+            }
+            self._log(item, decided)
+            if decided.state is RecipientState.DELIVERED:
+                self.stats.delivered += 1
+                events.append((signals.delivered, kwargs))
+            elif decided.state is RecipientState.FAILED:
+                self.stats.failed += 1
+                events.append((signals.failed, kwargs))
+                newly_failed.append(Recipient(recipient.address, decided.state, decided.reply, decided.remote_mta))
+            else:
+                self.stats.deferred += 1
+                events.append((signals.deferred, {**kwargs, "next_attempt": next_attempt}))
+                delayed.append(Recipient(recipient.address, decided.state, decided.reply, decided.remote_mta))
+        await tell(sender, events)
+        if not told_dsn or not self.settings.dsn or item.sender == "":
+            return
+        headers = original_header_block(original) if original is not None else None
+        if newly_failed:
+            await self._send_dsn("failed", item, newly_failed, now, headers)
+        if warn and delayed:
+            await self._send_dsn("delayed", item, delayed, now, headers)
+
+    async def _send_dsn(
+        self, kind: DsnKind, item: QueueItem, recipients: Sequence[Recipient], now: datetime, headers: bytes | None
+    ) -> None:
+        report = DsnReport(
+            kind=kind,
+            item=item,
+            recipients=recipients,
+            reporting_mta=self.settings.hostname,
+            last_attempt=now,
+            retry_until=retry_until(self.settings, created=item.created) if kind == "delayed" else None,
+            original_headers=headers,
+        )
+        dsn = build_dsn(report, now=now)
+        try:
+            await self.store.aadd(dsn, now=now)
+        except QueueError as exc:
+            await self._error(
+                QueueError(
+                    "DSN_FAILED", f"the {kind} DSN for {item.id} could not be queued: {exc.message}", item_id=item.id
+                ),
+                item.id,
+            )
+            return
+        self.stats.dsns += 1
+        logger.info("dsn item=%s kind=%s dsn=%s to=<%s>", item.id, kind, dsn.id, item.sender)
+        await tell(
+            type(self.store),
+            [
+                (
+                    signals.dsn,
+                    {
+                        "kind": kind,
+                        "dsn_id": dsn.id,
+                        "of": item.id,
+                        "to": item.sender,
+                        "recipients": [r.address for r in recipients],
+                    },
+                )
+            ],
+        )
+
+    async def _error(self, error: QueueError, item_id: uuid.UUID | None) -> None:
+        self.stats.errors.append(error.code)
+        logger.warning("error item=%s %s", item_id, error)
+        await tell(type(self.store), [(signals.error, {"error": error, "item_id": item_id})])
+
+    def _log(self, item: QueueItem, outcome: RecipientOutcome) -> None:
+        reply = outcome.reply
+        logger.info(
+            "%s item=%s to=<%s> relay=%s status=%s (%s)",
+            {"delivered": "delivered", "failed": "failed", "pending": "deferred"}[outcome.state.value],
+            item.id,
+            outcome.address,
+            outcome.remote_mta or "none",
+            reply.status,
+            reply,
+        )

@@ -1,0 +1,43 @@
+"""Telling Django signals from the worker without blocking its event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from django.dispatch import Signal
+
+logger = logging.getLogger("django_mailqueue")
+
+Event = tuple[Signal, dict[str, Any]]
+
+
+def send_events(sender: type, events: Sequence[Event]) -> None:
+    """Send each event in order; a receiver that raises is logged and ignored."""
+    for signal, kwargs in events:
+        for receiver, result in signal.send_robust(sender, **kwargs):
+            if isinstance(result, BaseException):
+                logger.error(
+                    "a %s receiver raised and was ignored: %r",
+                    _name(signal),
+                    receiver,
+                    exc_info=(type(result), result, result.__traceback__),
+                )
+
+
+async def tell(sender: type, events: Sequence[Event]) -> None:
+    """Send `events` in a thread, in order: sync receivers (and async ones, which
+    Django runs in their own loop) never block the worker's event loop."""
+    if events:
+        await asyncio.to_thread(send_events, sender, events)
+
+
+def _name(signal: Signal) -> str:
+    from .. import signals
+
+    for name in ("delivered", "deferred", "failed", "dsn", "error"):
+        if getattr(signals, name) is signal:
+            return name
+    return "signal"
