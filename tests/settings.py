@@ -84,3 +84,21 @@ EMAIL_BACKEND = "django_mailqueue.backends.QueueEmailBackend"
 MAILQUEUE: dict[str, object] = {"HOSTNAME": "mx.test.example"}
 
 LOGGING_CONFIG = None
+
+# A worker started by a test (tests/support/workers.py) connects straight to the test
+# databases, and takes its MAILQUEUE from the environment.
+if os.environ.get("MAILQUEUE_TEST_WORKER"):
+    import json
+
+    DATABASES["default"]["NAME"] = DATABASES["default"]["TEST"]["NAME"]  # type: ignore[index]
+    if PG_AVAILABLE:
+        DATABASES["pg"]["NAME"] = "test_mailqueue"
+        DATABASES["pg_serializable"]["NAME"] = "test_mailqueue"
+    MAILQUEUE = json.loads(os.environ.get("MAILQUEUE_TEST_MAILQUEUE", "{}"))
+    LOGGING_CONFIG = "logging.config.dictConfig"
+    LOGGING = {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "handlers": {"stderr": {"class": "logging.StreamHandler"}},
+        "loggers": {"django_mailqueue": {"handlers": ["stderr"], "level": "INFO"}},
+    }

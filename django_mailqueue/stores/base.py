@@ -6,14 +6,16 @@ import abc
 import asyncio
 import builtins
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from ..exceptions import QueueError
 from ..items import Completion, ItemQuery, NewItem, QueueItem, RecipientOutcome
 from ..status import QueueSummary
 from ..text import refuse_line_breaks, refuse_unkeepable
+
+_T = TypeVar("_T")
 
 
 class QueueStore(abc.ABC):
@@ -160,7 +162,7 @@ class QueueStore(abc.ABC):
         return summary
 
     async def asummary(self, *, now: datetime) -> QueueSummary:
-        return await asyncio.to_thread(self.summary, now=now)
+        return await self._in_thread(self.summary, now=now)
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Let go of connections the store opened itself; closing twice is fine."""
@@ -177,8 +179,13 @@ class QueueStore(abc.ABC):
 
     # --- async twins -------------------------------------------------------------
 
+    async def _in_thread(self, func: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T:
+        """Run a synchronous method off the event loop (the async twins' default)."""
+        return await asyncio.to_thread(func, *args, **kwargs)
+
+
     async def aadd_many(self, items: Sequence[NewItem], *, now: datetime) -> builtins.list[QueueItem]:
-        return await asyncio.to_thread(self.add_many, items, now=now)
+        return await self._in_thread(self.add_many, items, now=now)
 
     async def aadd(self, item: NewItem, *, now: datetime) -> QueueItem:
         return (await self.aadd_many([item], now=now))[0]
@@ -186,42 +193,42 @@ class QueueStore(abc.ABC):
     async def aclaim(
         self, *, owner: str, now: datetime, lease_expires: datetime, queues: Sequence[str] | None = None, limit: int = 1
     ) -> builtins.list[QueueItem]:
-        return await asyncio.to_thread(
+        return await self._in_thread(
             self.claim, owner=owner, now=now, lease_expires=lease_expires, queues=queues, limit=limit
         )
 
     async def arenew(
         self, ids: Sequence[uuid.UUID], *, owner: str, lease_expires: datetime
     ) -> builtins.list[uuid.UUID]:
-        return await asyncio.to_thread(self.renew, ids, owner=owner, lease_expires=lease_expires)
+        return await self._in_thread(self.renew, ids, owner=owner, lease_expires=lease_expires)
 
     async def acomplete(
         self, item_id: uuid.UUID, *, owner: str, revision: int, completion: Completion
     ) -> QueueItem | None:
-        return await asyncio.to_thread(self.complete, item_id, owner=owner, revision=revision, completion=completion)
+        return await self._in_thread(self.complete, item_id, owner=owner, revision=revision, completion=completion)
 
     async def areschedule(self, item_id: uuid.UUID, *, at: datetime, owner: str | None = None) -> bool:
-        return await asyncio.to_thread(self.reschedule, item_id, at=at, owner=owner)
+        return await self._in_thread(self.reschedule, item_id, at=at, owner=owner)
 
     async def acancel(self, item_id: uuid.UUID) -> QueueItem | None:
-        return await asyncio.to_thread(self.cancel, item_id)
+        return await self._in_thread(self.cancel, item_id)
 
     async def aget(self, item_id: uuid.UUID) -> QueueItem | None:
-        return await asyncio.to_thread(self.get, item_id)
+        return await self._in_thread(self.get, item_id)
 
     async def aread_message(self, item_id: uuid.UUID) -> bytes | None:
-        return await asyncio.to_thread(self.read_message, item_id)
+        return await self._in_thread(self.read_message, item_id)
 
     async def alist(
         self, query: ItemQuery | None = None, *, offset: int = 0, limit: int = 100
     ) -> builtins.list[QueueItem]:
-        return await asyncio.to_thread(self.list, query, offset=offset, limit=limit)
+        return await self._in_thread(self.list, query, offset=offset, limit=limit)
 
     async def acount(self, query: ItemQuery | None = None) -> int:
-        return await asyncio.to_thread(self.count, query)
+        return await self._in_thread(self.count, query)
 
     async def aclose(self) -> None:
-        await asyncio.to_thread(self.close)
+        await self._in_thread(self.close)
 
 
 # --- the checks every store runs on what it is given ---------------------------------

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import contextlib
+import functools
 import logging
+import threading
 import uuid
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.db import DatabaseError, connections, models, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -36,6 +40,7 @@ if TYPE_CHECKING:
     from .pg_listen import PgListener
 
 logger = logging.getLogger("django_mailqueue.stores.orm")
+_T = TypeVar("_T")
 
 #: The PostgreSQL channel an add notifies, so idle workers wake at once.
 NOTIFY_CHANNEL = "django_mailqueue"
@@ -60,12 +65,19 @@ class OrmStore(QueueStore):
         super().__init__(options, max_items=max_items)
         self.alias: str = str(self.options.get("database", "default"))
         self._listener: PgListener | None = None
+        self._threads = int(self.options.get("threads", 4))
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
+        self._thread_connections: set[BaseDatabaseWrapper] = set()
 
     @classmethod
     def check_options(cls, options: Mapping[str, Any]) -> builtins.list[str]:
-        unknown = set(options) - {"database"}
+        unknown = set(options) - {"database", "threads"}
         if unknown:
-            return [f"OrmStore takes 'database' only, not {sorted(unknown)}"]
+            return [f"OrmStore takes 'database' and 'threads', not {sorted(unknown)}"]
+        threads = options.get("threads", 4)
+        if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= 64:
+            return ["'threads' must be a whole number from 1 to 64"]
         alias = options.get("database", "default")
         if not isinstance(alias, str):
             return ["'database' must be an alias of DATABASES"]
@@ -96,7 +108,7 @@ class OrmStore(QueueStore):
                     yield conn
                 return
             if not conn.in_atomic_block:
-                conn.close_if_unusable_or_obsolete()
+                _drop_if_broken(conn)
             with transaction.atomic(using=self.alias):
                 if conn.vendor == "postgresql" and not _nested(conn):
                     with conn.cursor() as cursor:
@@ -111,7 +123,7 @@ class OrmStore(QueueStore):
     def _read(self) -> Iterator[None]:
         conn = self._connection
         if not conn.in_atomic_block:
-            conn.close_if_unusable_or_obsolete()
+            _drop_if_broken(conn)
         try:
             yield
         except DatabaseError as exc:
@@ -470,11 +482,55 @@ class OrmStore(QueueStore):
             self._listener = PgListener(self._connection.settings_dict, NOTIFY_CHANNEL)
         return await self._listener.wait(timeout)
 
+    async def _in_thread(self, func: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T:
+        """The async twins run in the store's own threads: at most `threads` connections."""
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="mailqueue-orm")
+            pool = self._pool
+        return await asyncio.get_running_loop().run_in_executor(pool, functools.partial(self._tracked, func, args,
+                                                                                         kwargs))
+
+    def _tracked(self, func: Callable[..., _T], args: tuple[Any, ...], kwargs: dict[str, Any]) -> _T:
+        try:
+            return func(*args, **kwargs)
+        finally:
+            self._thread_connections.add(connections[self.alias])
+
+    def close(self) -> None:
+        """Stop the store's threads and close their database connections."""
+        with self._pool_lock:
+            pool, self._pool = self._pool, None
+            seen, self._thread_connections = self._thread_connections, set()
+        if pool is not None:
+            pool.shutdown(wait=True)
+        for wrapper in seen:
+            # The threads are gone: their connections are closed from here.
+            wrapper.inc_thread_sharing()
+            try:
+                wrapper.close()
+            except DatabaseError:
+                logger.debug("closing a worker thread's connection failed", exc_info=True)
+            finally:
+                wrapper.dec_thread_sharing()
+
     async def aclose(self) -> None:
         listener, self._listener = self._listener, None
         if listener is not None:
             await listener.close()
-        await super().aclose()
+        await asyncio.to_thread(self.close)
+
+
+def _drop_if_broken(conn: BaseDatabaseWrapper) -> None:
+    """After a database error, close a connection that no longer works (a restarted
+    server, a terminated backend) so the next statement opens a new one. Unlike
+    `close_if_unusable_or_obsolete`, a healthy connection is kept whatever
+    `CONN_MAX_AGE` says: a worker's threads live long."""
+    if conn.connection is not None and conn.errors_occurred:
+        if conn.is_usable():
+            conn.errors_occurred = False
+        else:
+            conn.close()
 
 
 def _nested(conn: BaseDatabaseWrapper) -> bool:

@@ -166,7 +166,7 @@ def _status_fields(report: DsnReport) -> bytes:
         if recipient.remote_mta:
             fields.append(f"Remote-MTA: dns; {_ascii(recipient.remote_mta)}")
         if reply is not None:
-            diagnostic = f"{reply.code} {reply.text}" if reply.code is not None else reply.text
+            diagnostic = str(reply) if reply.code is not None else reply.text
             kind = "smtp" if reply.code is not None else "X-Mailqueue"
             fields.append(f"Diagnostic-Code: {kind}; {_ascii(diagnostic)}")
         fields.append(f"Last-Attempt-Date: {email.utils.format_datetime(report.last_attempt)}")

@@ -376,8 +376,8 @@ class Worker:
                     {
                         "error": QueueError(
                             "REPLY_LOST",
-                            f"the reply after the end of data for {address} was lost: {item.id} may have been delivered to "
-                            "it already and will be tried again",
+                            f"the reply after the end of data for {address} was lost: {item.id} may have been "
+                            "delivered to it already and will be tried again",
                             item_id=item.id,
                         ),
                         "item_id": item.id,

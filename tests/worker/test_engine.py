@@ -194,7 +194,7 @@ async def test_failure_dsn_fields_and_none_for_the_null_sender(recorder: Recorde
         "Action: failed",
         "Status: 5.1.1",
         "Remote-MTA: dns; mx.test.example",
-        "Diagnostic-Code: smtp; 550 No such user",
+        "Diagnostic-Code: smtp; 550 5.1.1 No such user",
         "Last-Attempt-Date:",
         "Arrival-Date:",
     ):
