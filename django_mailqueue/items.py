@@ -52,7 +52,8 @@ class Reply:
 
     @property
     def permanent(self) -> bool:
-        return self.status.startswith("5") or (self.code is not None and 500 <= self.code < 600)
+        """The enhanced status is 5.x.x (a 5xx reply the queue defers carries 4.x.x)."""
+        return self.status.startswith("5") if self.status else (self.code is not None and 500 <= self.code < 600)
 
     def __str__(self) -> str:
         parts = [str(self.code)] if self.code is not None else []

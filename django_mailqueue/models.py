@@ -93,3 +93,41 @@ class QueueLock(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class DeliveryRecord(models.Model):
+    """History: one row per final outcome (delivered, failed) and per deferral of a recipient.
+
+    Written by the worker whatever the store, kept `HISTORY_DAYS` days, pruned by
+    `manage.py mailqueue_prune_history`.
+    """
+
+    STATES = [("delivered", "delivered"), ("deferred", "deferred"), ("failed", "failed")]
+
+    item_id = models.UUIDField(db_index=True)
+    message_id = models.CharField(max_length=998, blank=True)
+    sender = models.CharField(max_length=320, blank=True)
+    recipient = models.CharField(max_length=320, db_index=True)
+    domain = models.CharField(max_length=255)
+    queue = models.CharField(max_length=100)
+    state = models.CharField(max_length=9, choices=STATES)
+    reply_code = models.SmallIntegerField(null=True, blank=True)
+    reply_status = models.CharField(max_length=16, blank=True)
+    reply_text = models.TextField(blank=True)
+    remote_mta = models.CharField("route host", max_length=255, blank=True)
+    attempt = models.IntegerField()
+    #: the reply after the final "." was lost: the recipient may have the message already
+    possibly_delivered = models.BooleanField(default=False)
+    recorded = models.DateTimeField(db_index=True)
+
+    class Meta:
+        db_table = "mailqueue_history"
+        verbose_name = "delivery record"
+        ordering = ["-recorded", "-id"]
+        indexes = [
+            models.Index(fields=["state", "recorded"], name="mailqueue_history_state"),
+            models.Index(fields=["domain", "recorded"], name="mailqueue_history_domain"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.state} to <{self.recipient}> ({self.reply_status})"

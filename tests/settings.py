@@ -70,7 +70,8 @@ if PG_AVAILABLE:
         "HOST": _pg.hostname or "127.0.0.1",
         "PORT": str(_pg.port or 5432),
     }
-    DATABASES["pg"] = {**_pg_settings, "TEST": {"NAME": "test_mailqueue"}}
+    PG_TEST_NAME = os.environ.get("MAILQUEUE_TEST_PG_DBNAME", "test_mailqueue")
+    DATABASES["pg"] = {**_pg_settings, "TEST": {"NAME": PG_TEST_NAME}}
     # The same database, every session defaulting to SERIALIZABLE.
     DATABASES["pg_serializable"] = {
         **_pg_settings,
@@ -92,8 +93,8 @@ if os.environ.get("MAILQUEUE_TEST_WORKER"):
 
     DATABASES["default"]["NAME"] = DATABASES["default"]["TEST"]["NAME"]  # type: ignore[index]
     if PG_AVAILABLE:
-        DATABASES["pg"]["NAME"] = "test_mailqueue"
-        DATABASES["pg_serializable"]["NAME"] = "test_mailqueue"
+        DATABASES["pg"]["NAME"] = PG_TEST_NAME
+        DATABASES["pg_serializable"]["NAME"] = PG_TEST_NAME
     MAILQUEUE = json.loads(os.environ.get("MAILQUEUE_TEST_MAILQUEUE", "{}"))
     LOGGING_CONFIG = "logging.config.dictConfig"
     LOGGING = {

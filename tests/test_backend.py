@@ -19,6 +19,7 @@ from django.test import override_settings
 from django_mailqueue.exceptions import QueueError
 from django_mailqueue.models import QueuedItem, QueuedMessage, QueuedRecipient
 from django_mailqueue.stores import get_store
+from tests.support.databases import DATABASES
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -138,7 +139,7 @@ def test_a_rolled_back_transaction_queues_nothing() -> None:
 
 
 @pytest.mark.postgres
-@pytest.mark.django_db(transaction=True, databases=["default", "pg"])
+@pytest.mark.django_db(transaction=True, databases=DATABASES)
 def test_a_rolled_back_transaction_queues_nothing_on_postgres(pg_alias: str) -> None:
     with override_settings(MAILQUEUE={"STORE": {"BACKEND": "django_mailqueue.stores.orm.OrmStore",
                                                 "OPTIONS": {"database": pg_alias}}}):

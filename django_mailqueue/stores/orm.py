@@ -5,13 +5,10 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
-import functools
 import logging
-import threading
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -20,6 +17,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import F, Q
 
 from ..clock import from_micros, to_micros
+from ..dbthreads import DatabaseThreads
 from ..exceptions import QueueError
 from ..items import (
     Completion,
@@ -65,10 +63,7 @@ class OrmStore(QueueStore):
         super().__init__(options, max_items=max_items)
         self.alias: str = str(self.options.get("database", "default"))
         self._listener: PgListener | None = None
-        self._threads = int(self.options.get("threads", 4))
-        self._pool: ThreadPoolExecutor | None = None
-        self._pool_lock = threading.Lock()
-        self._thread_connections: set[BaseDatabaseWrapper] = set()
+        self._threads = DatabaseThreads(int(self.options.get("threads", 4)), "mailqueue-orm")
 
     @classmethod
     def check_options(cls, options: Mapping[str, Any]) -> builtins.list[str]:
@@ -484,35 +479,11 @@ class OrmStore(QueueStore):
 
     async def _in_thread(self, func: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T:
         """The async twins run in the store's own threads: at most `threads` connections."""
-        with self._pool_lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="mailqueue-orm")
-            pool = self._pool
-        return await asyncio.get_running_loop().run_in_executor(pool, functools.partial(self._tracked, func, args,
-                                                                                         kwargs))
-
-    def _tracked(self, func: Callable[..., _T], args: tuple[Any, ...], kwargs: dict[str, Any]) -> _T:
-        try:
-            return func(*args, **kwargs)
-        finally:
-            self._thread_connections.add(connections[self.alias])
+        return await self._threads.run(func, *args, **kwargs)
 
     def close(self) -> None:
         """Stop the store's threads and close their database connections."""
-        with self._pool_lock:
-            pool, self._pool = self._pool, None
-            seen, self._thread_connections = self._thread_connections, set()
-        if pool is not None:
-            pool.shutdown(wait=True)
-        for wrapper in seen:
-            # The threads are gone: their connections are closed from here.
-            wrapper.inc_thread_sharing()
-            try:
-                wrapper.close()
-            except DatabaseError:
-                logger.debug("closing a worker thread's connection failed", exc_info=True)
-            finally:
-                wrapper.dec_thread_sharing()
+        self._threads.close()
 
     async def aclose(self) -> None:
         listener, self._listener = self._listener, None

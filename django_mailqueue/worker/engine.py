@@ -19,6 +19,7 @@ from .. import signals
 from ..clock import Clock, SystemClock
 from ..conf import QueueSettings
 from ..exceptions import QueueError
+from ..history import History, HistoryEntry
 from ..items import Completion, QueueItem, Recipient, RecipientOutcome, RecipientState, Reply
 from ..stores.base import QueueStore
 from .dsn import DsnKind, DsnReport, build_dsn, original_header_block
@@ -88,6 +89,7 @@ class Worker:
         once: bool = False,
         rng: random.Random | None = None,
         prefetch: int | None = None,
+        history: History | None = None,
     ) -> None:
         self.store = store
         self.settings = settings
@@ -102,6 +104,7 @@ class Worker:
         self.concurrency = concurrency or settings.concurrency
         self.prefetch = prefetch if prefetch is not None else max(1, self.concurrency // 4)
         self.once = once
+        self.history = history
         self.rng = rng or random.Random()
         self.stats = WorkerStats()
         self._stopping = asyncio.Event()
@@ -136,6 +139,8 @@ class Worker:
                 with contextlib.suppress(BaseException):
                     await self._wake
             await self.deliverer.aclose()
+            if self.history is not None:
+                await self.history.aclose()
         return self.stats
 
     async def _loop(self) -> None:
@@ -409,6 +414,19 @@ class Worker:
                 self.stats.deferred += 1
                 events.append((signals.deferred, {**kwargs, "next_attempt": next_attempt}))
                 delayed.append(Recipient(recipient.address, decided.state, decided.reply, decided.remote_mta))
+        if self.history is not None:
+            await self.history.arecord(
+                [
+                    HistoryEntry(
+                        item=item,
+                        outcome=o,
+                        attempt=number,
+                        recorded=now,
+                        possibly_delivered=o.address in possibly_delivered,
+                    )
+                    for o in outcomes
+                ]
+            )
         await tell(sender, events)
         if not told_dsn or not self.settings.dsn or item.sender == "":
             return

@@ -9,6 +9,7 @@ from django_mailqueue.stores.memory import MemoryStore
 from django_mailqueue.stores.orm import OrmStore
 from django_mailqueue.testing import QueueStoreContract
 from django_mailqueue.testing.contract import StoreFactory
+from tests.support.databases import DATABASES
 
 
 class TestMemoryStore(QueueStoreContract):
@@ -33,7 +34,7 @@ class TestOrmStoreSqlite(QueueStoreContract):
 
 
 @pytest.mark.postgres
-@pytest.mark.django_db(transaction=True, databases=["default", "pg"])
+@pytest.mark.django_db(transaction=True, databases=DATABASES)
 class TestOrmStorePostgres(QueueStoreContract):
     @pytest.fixture
     def make_store(self, pg_alias: str) -> StoreFactory:

@@ -13,10 +13,11 @@ from django.db import connections
 from django_mailqueue.exceptions import QueueError
 from django_mailqueue.stores.orm import OrmStore
 from django_mailqueue.testing.contract import T0, at, new_item
+from tests.support.databases import WITH_SERIALIZABLE
 
 pytestmark = [
     pytest.mark.postgres,
-    pytest.mark.django_db(transaction=True, databases=["default", "pg", "pg_serializable"]),
+    pytest.mark.django_db(transaction=True, databases=WITH_SERIALIZABLE),
 ]
 
 

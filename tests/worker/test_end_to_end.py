@@ -15,9 +15,10 @@ from django.test import override_settings
 from django_mailqueue.clock import SystemClock
 from django_mailqueue.items import NewItem
 from django_mailqueue.stores import get_store
+from tests.support.databases import DATABASES
 from tests.worker.conftest import MailWorld, SignalRecorder
 
-pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
+pytestmark = pytest.mark.django_db(transaction=True, databases=DATABASES)
 
 
 def work_once() -> str:

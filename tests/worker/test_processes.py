@@ -17,11 +17,12 @@ from django_mailqueue.clock import SystemClock
 from django_mailqueue.items import NewItem
 from django_mailqueue.stores import QueueStore
 from django_mailqueue.stores.orm import OrmStore
+from tests.support.databases import DATABASES
 from tests.support.smtp_server import SmtpServer
 from tests.support.workers import WorkerProcess, wait_until
 from tests.worker.conftest import MailWorld
 
-pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True, databases="__all__")]
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True, databases=DATABASES)]
 
 
 @pytest.fixture(params=["postgres"])

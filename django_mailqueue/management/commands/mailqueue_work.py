@@ -11,9 +11,11 @@ import sys
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
+from django.db import DEFAULT_DB_ALIAS
 
 from ...conf import get_settings
 from ...exceptions import QueueError
+from ...history import History
 from ...stores import get_store
 from ...worker import Worker
 from ...worker.engine import WorkerStats
@@ -60,6 +62,9 @@ class Command(BaseCommand):
         verbosity = int(options["verbosity"])
         if verbosity >= 2:
             logging.getLogger("django_mailqueue").setLevel(logging.DEBUG if verbosity >= 3 else logging.INFO)
+        history = None
+        if settings.history_days > 0:
+            history = History(getattr(store, "alias", None) or DEFAULT_DB_ALIAS)
         worker = Worker(
             store=store,
             settings=settings,
@@ -67,6 +72,7 @@ class Command(BaseCommand):
             queues=options["queues"],
             concurrency=options["concurrency"],
             once=options["once"],
+            history=history,
         )
         stats = asyncio.run(self._run(worker, verbosity))
         if verbosity >= 1:

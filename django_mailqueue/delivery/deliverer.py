@@ -1,0 +1,335 @@
+"""The `Deliverer`: one delivery attempt of one item — routes, destinations, sessions, one outcome per recipient."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from ..clock import Clock, SystemClock
+from ..conf import MxRoute, QueueSettings, RelayRoute, Route
+from ..exceptions import QueueError
+from ..items import RecipientOutcome, RecipientState, Reply
+from . import replies
+from .addresses import EnvelopeAddress, parse_address, parse_sender
+from .masking import SecretMask
+from .resolver import DnsResolver, MailHost, MxResolver, Resolution
+from .smtp import SmtpTransport
+from .tls import RelayContextFactory, mx_context, relay_context
+from .transport import Envelope, SessionReport, Target, TlsPolicy, Transport
+from .wire import END_OF_DATA, dot_stuff, has_8bit, headers_need_smtputf8, normalize_line_endings
+
+logger = logging.getLogger("django_mailqueue.delivery")
+
+#: Seconds past the attempt's deadline a session (a custom transport) may take to wind up before it is cancelled.
+DEADLINE_GRACE = 1.0
+#: Messages larger than this are normalised in a thread, off the event loop.
+_THREAD_THRESHOLD = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class AttemptResult:
+    """What one attempt decided: one outcome per recipient given, in the same order."""
+
+    outcomes: tuple[RecipientOutcome, ...]
+    #: recipients whose reply after the final "." was lost: deferred, but perhaps delivered
+    possibly_delivered: frozenset[str] = frozenset()
+    #: things for the operator (a misconfigured route, a relay without TLS, ...): the `error` signal
+    errors: tuple[QueueError, ...] = ()
+    started: datetime | None = None
+    finished: datetime | None = None
+
+    def by_state(self, state: RecipientState) -> tuple[RecipientOutcome, ...]:
+        return tuple(o for o in self.outcomes if o.state is state)
+
+
+@dataclass
+class _Destination:
+    """Recipients that share a route and a next hop (a domain's MX hosts, or a relay)."""
+
+    route: Route
+    #: the recipient domain (MX routes) or the relay's host (relay routes)
+    name: str
+    recipients: list[EnvelopeAddress] = field(default_factory=list)
+    literal: str | None = None
+
+    @property
+    def wire_recipients(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(r.wire for r in self.recipients))
+
+
+@dataclass
+class _Progress:
+    outcomes: dict[str, RecipientOutcome] = field(default_factory=dict)
+    possibly_delivered: set[str] = field(default_factory=set)
+    errors: list[QueueError] = field(default_factory=list)
+    #: the destination's task raised (a bug): what it left undecided is deferred as an internal error
+    failed: bool = False
+
+    def add_error(self, error: QueueError) -> None:
+        if all(str(e) != str(error) for e in self.errors):
+            self.errors.append(error)
+
+
+@dataclass(frozen=True)
+class _Message:
+    data: bytes
+    size: int
+    utf8_headers: bool
+    eightbit: bool
+
+
+class Deliverer:
+    """Delivers an item's message to its recipients, once, and says what happened to each.
+
+    `deliver` never raises for a network, DNS or SMTP problem: everything
+    becomes a recipient outcome. Sessions to different destinations run
+    concurrently (at most `max_sessions` at once); the whole attempt —
+    DNS included — ends by `settings.timeouts.session`.
+    """
+
+    def __init__(
+        self,
+        settings: QueueSettings,
+        *,
+        clock: Clock | None = None,
+        transport: Transport | None = None,
+        resolver: MxResolver | None = None,
+        relay_tls_context: RelayContextFactory | None = None,
+        max_sessions: int = 20,
+    ) -> None:
+        self.settings = settings
+        self.clock = clock or SystemClock()
+        self.transport: Transport = transport or SmtpTransport()
+        self.resolver: MxResolver = resolver or DnsResolver(settings.dns)
+        self._relay_tls_factory = relay_tls_context or relay_context
+        self._max_sessions = max_sessions
+        self._mx_context: ssl.SSLContext | None = None
+        self._relay_contexts: dict[RelayRoute, ssl.SSLContext] = {}
+
+    async def aclose(self) -> None:
+        """Close what the transport keeps (nothing yet: sessions are not cached)."""
+        await self.transport.aclose()
+
+    async def deliver(self, sender: str, recipients: Sequence[str], message: bytes) -> AttemptResult:
+        started = self.clock.now()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.settings.timeouts.session
+        given = list(recipients)
+        envelope_sender = parse_sender(sender)
+        if envelope_sender is None:
+            reply = replies.own_reply(replies.BAD_SENDER, f"sender address {sender!r} cannot be carried by SMTP")
+            refused = tuple(RecipientOutcome(str(r), RecipientState.FAILED, reply) for r in given)
+            logger.info("sender %r refused: every recipient failed (%s)", sender, reply)
+            return AttemptResult(refused, started=started, finished=self.clock.now())
+
+        decided: dict[str, RecipientOutcome] = {}
+        parsed: dict[str, EnvelopeAddress] = {}
+        destinations: dict[tuple[object, ...], _Destination] = {}
+        for address in given:
+            if address in decided or address in parsed:
+                continue
+            recipient = parse_address(address)
+            if recipient is None:
+                reply = replies.own_reply(replies.BAD_RECIPIENT,
+                                          f"recipient address {address!r} cannot be carried by SMTP")
+                decided[address] = RecipientOutcome(str(address), RecipientState.FAILED, reply)
+                continue
+            parsed[address] = recipient
+            self._destination(destinations, recipient).recipients.append(recipient)
+
+        progress: dict[tuple[object, ...], _Progress] = {key: _Progress() for key in destinations}
+        if destinations:
+            wire = await self._message(message)
+            semaphore = asyncio.Semaphore(self._max_sessions)
+            tasks = [
+                asyncio.create_task(self._deliver_to(dest, envelope_sender.wire, wire, deadline, progress[key],
+                                                     semaphore))
+                for key, dest in destinations.items()
+            ]
+            _, late = await asyncio.wait(tasks, timeout=max(0.0, deadline - loop.time()) + DEADLINE_GRACE)
+            for task in late:
+                task.cancel()
+            results = await asyncio.gather(*tasks, return_exceptions=True)
+            for key, result in zip(destinations, results, strict=True):
+                if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
+                    logger.error("delivery bug delivering to %s: %s", destinations[key].name, type(result).__name__)
+                    progress[key].failed = True
+
+        outcomes: list[RecipientOutcome] = []
+        possibly: set[str] = set()
+        errors: list[QueueError] = []
+        seconds = self.settings.timeouts.session
+        late_reply = replies.own_reply(replies.NO_ANSWER, f"attempt deadline of {seconds:g} s passed")
+        internal_reply = replies.own_reply(replies.INTERNAL, "internal error during delivery (see the log)")
+        for key in destinations:
+            for error in progress[key].errors:
+                if all(str(e) != str(error) for e in errors):
+                    errors.append(error)
+        for address in given:
+            if address in decided:
+                outcomes.append(decided[address])
+                continue
+            recipient = parsed[address]
+            key = self._key(recipient)
+            found = progress[key].outcomes.get(recipient.wire)
+            if found is None:
+                reply = internal_reply if progress[key].failed else late_reply
+                found = RecipientOutcome(recipient.wire, RecipientState.PENDING, reply)
+            outcomes.append(RecipientOutcome(address, found.state, found.reply, found.remote_mta))
+            if recipient.wire in progress[key].possibly_delivered:
+                possibly.add(address)
+        return AttemptResult(tuple(outcomes), frozenset(possibly), tuple(errors),
+                             started=started, finished=self.clock.now())
+
+    # --- grouping -------------------------------------------------------------------
+
+    def _key(self, recipient: EnvelopeAddress) -> tuple[object, ...]:
+        route = self.settings.route_for(recipient.domain)
+        if isinstance(route, RelayRoute):
+            return ("relay", route)
+        return ("mx", recipient.domain)
+
+    def _destination(self, destinations: dict[tuple[object, ...], _Destination],
+                     recipient: EnvelopeAddress) -> _Destination:
+        key = self._key(recipient)
+        if key not in destinations:
+            route = self.settings.route_for(recipient.domain)
+            if isinstance(route, RelayRoute):
+                destinations[key] = _Destination(route, route.host)
+            else:
+                destinations[key] = _Destination(route, recipient.domain, literal=recipient.literal_address)
+        return destinations[key]
+
+    async def _message(self, message: bytes) -> _Message:
+        def build() -> _Message:
+            normalized = normalize_line_endings(message)
+            return _Message(dot_stuff(normalized) + END_OF_DATA, len(normalized),
+                            headers_need_smtputf8(normalized), has_8bit(normalized))
+
+        if len(message) > _THREAD_THRESHOLD:
+            return await asyncio.to_thread(build)
+        return build()
+
+    # --- one destination --------------------------------------------------------------
+
+    async def _resolve(self, dest: _Destination, deadline: float) -> Resolution:
+        try:
+            async with asyncio.timeout_at(deadline):
+                if isinstance(dest.route, RelayRoute):
+                    return await self.resolver.resolve_host(dest.route.host)
+                if dest.literal is not None:
+                    return Resolution(hosts=(MailHost(dest.name, 0, (dest.literal,)),))
+                return await self.resolver.resolve_domain(dest.name)
+        except TimeoutError:
+            return Resolution(failure=replies.own_reply(
+                replies.DNS_TEMPORARY, f"DNS lookup of {dest.name} did not finish before the attempt deadline"))
+        except Exception as exc:
+            logger.error("resolver bug looking up %s: %s", dest.name, type(exc).__name__)
+            return Resolution(failure=replies.own_reply(replies.DNS_TEMPORARY, f"DNS lookup of {dest.name} failed"))
+
+    async def _tls_for(self, route: Route) -> tuple[TlsPolicy, ssl.SSLContext | None]:
+        if isinstance(route, MxRoute):
+            if self._mx_context is None:
+                self._mx_context = mx_context()
+            return "opportunistic", self._mx_context
+        if route.tls == "none":
+            return "none", None
+        if route not in self._relay_contexts:
+            self._relay_contexts[route] = await asyncio.to_thread(self._relay_tls_factory, route)
+        return route.tls, self._relay_contexts[route]
+
+    async def _deliver_to(self, dest: _Destination, sender: str, message: _Message, deadline: float,
+                          progress: _Progress, semaphore: asyncio.Semaphore) -> None:
+        async with semaphore:
+            await self._deliver_to_destination(dest, sender, message, deadline, progress)
+
+    async def _deliver_to_destination(self, dest: _Destination, sender: str, message: _Message, deadline: float,
+                                      progress: _Progress) -> None:
+        loop = asyncio.get_running_loop()
+        route = dest.route
+        recipients = dest.wire_recipients
+        mask = SecretMask(route.password, route.username) if isinstance(route, RelayRoute) else None
+
+        def decide_all(reply: Reply, state: RecipientState, remote_mta: str = "") -> None:
+            for recipient in recipients:
+                if recipient not in progress.outcomes:
+                    progress.outcomes[recipient] = RecipientOutcome(recipient, state, reply, remote_mta)
+
+        resolution = await self._resolve(dest, deadline)
+        if resolution.failure is not None:
+            decide_all(resolution.failure, replies.state_of(resolution.failure))
+            if resolution.failure.status == replies.MISCONFIGURED:
+                progress.add_error(QueueError("INVALID_OPTION", f"route for {dest.name}: {resolution.failure.text}"))
+            logger.info("%s: %s", dest.name, resolution.failure)
+            return
+        if isinstance(route, RelayRoute):
+            port, username, password = route.port, route.username, route.password
+        else:
+            port, username, password = self.settings.mx_port, None, None
+        try:
+            policy, context = await self._tls_for(route)
+        except Exception as exc:
+            text = f"TLS for {dest.name} cannot be set up: {type(exc).__name__}: {exc}"
+            if mask is not None:
+                text = mask(text)
+            progress.add_error(QueueError("INVALID_OPTION", text))
+            decide_all(replies.own_reply(replies.MISCONFIGURED, text), RecipientState.PENDING)
+            return
+
+        envelope = Envelope(sender=sender, recipients=recipients, data=message.data, size=message.size,
+                            utf8_headers=message.utf8_headers, eightbit=message.eightbit,
+                            rcpt_limit=self.settings.rcpt_limit)
+        last: Reply | None = None
+        last_host = ""
+        for host, address in _addresses(resolution.hosts, self.settings.mx_address_limit):
+            if loop.time() >= deadline:
+                break
+            target = Target(host=host, address=address, port=port, tls=policy, tls_context=context,
+                            helo_name=self.settings.hostname, timeouts=self.settings.timeouts, deadline=deadline,
+                            username=username, password=password)
+            try:
+                report = await self.transport.send(target, envelope)
+            except Exception as exc:  # a transport must not raise; one that does defers, never bounces
+                logger.error("transport bug with %s: %s", target.label, type(exc).__name__)
+                report = SessionReport(host=host, next_host=replies.own_reply(
+                    replies.INTERNAL, f"internal error delivering to {target.label}"))
+            for error in report.errors:
+                progress.add_error(error)
+            if report.next_host is not None and not report.outcomes:
+                last, last_host = report.next_host, host
+                continue
+            for recipient, outcome in report.outcomes.items():
+                progress.outcomes.setdefault(recipient, outcome)
+            progress.possibly_delivered.update(report.possibly_delivered)
+            missing = report.next_host or replies.own_reply(
+                replies.INTERNAL, f"the session with {target.label} left the recipient undecided")
+            decide_all(missing, RecipientState.PENDING, host)
+            _log_destination(dest.name, target.label, recipients, progress)
+            return
+        if last is None:
+            last = replies.own_reply(replies.NO_ANSWER, f"attempt deadline passed before {dest.name} was tried")
+        decide_all(last, replies.state_of(last) if last.status.startswith("5") else RecipientState.PENDING, last_host)
+        logger.info("%s: no server took the mail: %s", dest.name, last)
+
+
+def _addresses(hosts: tuple[MailHost, ...], limit: int) -> list[tuple[str, str]]:
+    """(host name, address) pairs in the order to try, at most `limit` (Postfix's smtp_mx_address_limit)."""
+    pairs = [(host.name, address) for host in hosts for address in host.addresses]
+    return pairs[: max(1, limit)]
+
+
+def _log_destination(name: str, label: str, recipients: tuple[str, ...], progress: _Progress) -> None:
+    counts = dict.fromkeys(RecipientState, 0)
+    for recipient in recipients:
+        outcome = progress.outcomes.get(recipient)
+        if outcome is not None:
+            counts[outcome.state] += 1
+    logger.info("%s via %s: %d delivered, %d failed, %d pending", name, label,
+                counts[RecipientState.DELIVERED], counts[RecipientState.FAILED], counts[RecipientState.PENDING])
+
+
+__all__ = ["AttemptResult", "Deliverer"]

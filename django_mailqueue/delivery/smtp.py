@@ -1,0 +1,489 @@
+"""`SmtpTransport`: the SMTP session to one server address, on aiosmtplib, with every reply kept.
+
+One session: connect (CONNECT timeout), greeting (GREETING), EHLO (HELO
+fallback), STARTTLS per the target's policy and EHLO again, AUTH for a
+relay, then one transaction per chunk of at most RCPT_LIMIT recipients:
+MAIL (MAIL), RCPT each (RCPT), DATA (DATA), the message in blocks
+(DATA_BLOCK each), the reply to the final "." (DATA_END); QUIT. The whole
+session stops at the attempt's deadline, whatever the server does.
+
+aiosmtplib's `data()` is not used: it has one timeout for the DATA command
+and the final reply, and cannot tell a reply lost after the final "." from
+a connection lost while sending. The message goes out through the
+connection's protocol object instead, already normalised and dot-stuffed
+by `wire.to_wire` (so it is stuffed once).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import ssl
+import traceback
+from typing import Literal
+
+import aiosmtplib
+from aiosmtplib import (
+    SMTPAuthenticationError,
+    SMTPConnectError,
+    SMTPConnectResponseError,
+    SMTPException,
+    SMTPHeloError,
+    SMTPResponseException,
+    SMTPServerDisconnected,
+)
+from aiosmtplib.response import SMTPResponse
+
+from ..exceptions import QueueError
+from ..items import RecipientState, Reply
+from . import replies
+from .transport import Envelope, SessionReport, Target
+
+logger = logging.getLogger("django_mailqueue.delivery")
+
+#: Bytes written before waiting for the socket to drain (each wait bounded by DATA_BLOCK).
+DATA_BLOCK_SIZE = 64 * 1024
+#: The longest wait for the reply to QUIT: the mail is decided by then.
+QUIT_TIMEOUT = 5.0
+
+
+class SmtpTransport:
+    """The default `Transport`: a fresh aiosmtplib connection per session."""
+
+    async def send(self, target: Target, envelope: Envelope) -> SessionReport:
+        report = SessionReport(host=target.host)
+        session = _Session(target, envelope, report)
+        try:
+            async with asyncio.timeout_at(target.deadline) as scope:
+                await session.run()
+        except TimeoutError:
+            if not scope.expired():  # pragma: no cover - every step catches its own timeouts
+                session.internal_error(RuntimeError("a timeout escaped the session"))
+            else:
+                session.deadline_passed()
+        except Exception as exc:
+            session.internal_error(exc)
+        finally:
+            session.close()
+        return report
+
+    async def aclose(self) -> None:
+        """Nothing cached yet: each session has its own connection."""
+
+
+_Opportunistic = Literal["tls", "plain", "retry", "next"]
+
+
+class _Session:
+    def __init__(self, target: Target, envelope: Envelope, report: SessionReport) -> None:
+        self.target = target
+        self.envelope = envelope
+        self.report = report
+        self.mask = target.mask
+        self.smtp: aiosmtplib.SMTP | None = None
+        self.tls_active = False
+        self.doing = "connecting"
+
+    # --- replies and failures -------------------------------------------------------
+
+    def reply(self, code: int, text: str) -> Reply:
+        """A server's reply, or MALFORMED (temporary) when it is not a well-formed reply."""
+        if not replies.is_well_formed(code, text):
+            return self.own(replies.MALFORMED, f"malformed reply from {self.target.label} while {self.doing}: {text}")
+        return replies.server_reply(code, text, mask=self.mask)
+
+    def own(self, status: str, text: str) -> Reply:
+        return replies.own_reply(status, text, mask=self.mask)
+
+    def failure(self, exc: BaseException) -> Reply:
+        """The temporary reply for an exception raised while `self.doing`."""
+        label = self.target.label
+        if isinstance(exc, ssl.SSLError):
+            reason = exc.reason or str(exc)
+            return self.own(replies.TLS_FAILED, f"TLS with {label} failed while {self.doing}: {reason}")
+        if isinstance(exc, SMTPResponseException):
+            if exc.code > 0:  # a real reply where another was needed: it only ends this session
+                return replies.temporary(self.reply(exc.code, exc.message))
+            return self.own(replies.MALFORMED, f"malformed reply from {label} while {self.doing}: {exc.message}")
+        if isinstance(exc, TimeoutError):
+            return self.own(replies.NO_ANSWER, f"conversation with {label} timed out while {self.doing}")
+        if isinstance(exc, SMTPServerDisconnected | ConnectionError | OSError):
+            return self.own(replies.CONNECTION_DROPPED, f"lost connection with {label} while {self.doing}")
+        if isinstance(exc, SMTPException):
+            return self.own(replies.CONNECTION_DROPPED, f"SMTP error with {label} while {self.doing}: {exc.message}")
+        return self.own(replies.INTERNAL, f"internal error while {self.doing} with {label}: {type(exc).__name__}")
+
+    def operator_error(self, message: str) -> None:
+        error = QueueError("INVALID_OPTION", self.mask(message))
+        if all(str(e) != str(error) for e in self.report.errors):
+            self.report.errors.append(error)
+        logger.warning("%s", error.message)
+
+    def skip_host(self, reply: Reply) -> bool:
+        """Give up on this address before any transaction: the caller tries the next one."""
+        self.report.next_host = reply
+        logger.info("skipping %s: %s", self.target.label, reply)
+        return False
+
+    def end(self, reply: Reply) -> None:
+        """The session is over: every recipient not decided yet is pending with `reply`; the connection closed."""
+        self.report.decide_rest(self.envelope.recipients, reply, RecipientState.PENDING)
+        self.report.ended = True
+        self.close()  # after a 421, a timeout, a drop or a malformed reply there is nothing left to say
+        logger.info("session with %s ended: %s", self.target.label, reply)
+
+    def deadline_passed(self) -> None:
+        label = self.target.label
+        seconds = self.target.timeouts.session
+        if self.report.awaiting_reply:
+            self.report.possibly_delivered.update(self.report.awaiting_reply)
+            reply = self.own(replies.NO_ANSWER, f"attempt deadline of {seconds:g} s passed waiting for {label} "
+                                                "to answer the end of data: the message may have been delivered")
+        else:
+            reply = self.own(replies.NO_ANSWER, f"attempt deadline of {seconds:g} s passed while {self.doing} "
+                                                f"with {label}")
+        self.report.next_host = None
+        self.end(reply)
+
+    def internal_error(self, exc: BaseException) -> None:
+        text = self.mask("".join(traceback.format_exception(exc)))
+        logger.error("delivery bug in the session with %s:\n%s", self.target.label, text)
+        self.report.next_host = None
+        self.end(self.own(replies.INTERNAL, f"internal error while {self.doing} with {self.target.label}"))
+
+    def close(self) -> None:
+        if self.smtp is not None:
+            self.smtp.close()
+            self.smtp = None
+
+    # --- the session ----------------------------------------------------------------
+
+    async def run(self) -> None:
+        await self.steps()
+        await self.quit()
+
+    async def steps(self) -> None:
+        policy = self.target.tls
+        if not await self.open(implicit=policy == "implicit") or not await self.hello():
+            return
+        if policy == "opportunistic" and self.offers("starttls"):
+            outcome = await self.starttls_opportunistic()
+            if outcome == "next":
+                return
+            if outcome == "retry":
+                self.close()
+                if not await self.open(implicit=False) or not await self.hello():
+                    return
+        elif policy == "starttls" and not await self.starttls_required():
+            return
+        if self.target.username is not None and not await self.authenticate():
+            return
+        await self.transactions()
+
+    def offers(self, extension: str) -> bool:
+        return self.smtp is not None and self.smtp.supports_extension(extension)
+
+    async def open(self, *, implicit: bool) -> bool:
+        target = self.target
+        self.doing = "connecting"
+        family = socket.AF_INET6 if ":" in target.address else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setblocking(False)
+        try:
+            async with asyncio.timeout(target.timeouts.connect):
+                await asyncio.get_running_loop().sock_connect(sock, (target.address, target.port))
+        except TimeoutError:
+            sock.close()
+            return self.skip_host(self.own(replies.NO_ANSWER, f"connect to {target.label}: timed out"))
+        except OSError as exc:
+            sock.close()
+            return self.skip_host(self.own(replies.NO_ANSWER, f"connect to {target.label}: {exc.strerror or exc}"))
+        self.smtp = aiosmtplib.SMTP(
+            hostname=target.host,
+            sock=sock,
+            local_hostname=target.helo_name,
+            timeout=target.timeouts.greeting,
+            use_tls=implicit,
+            start_tls=False,
+            tls_context=target.tls_context if implicit else None,
+        )
+        self.doing = "receiving the TLS handshake and greeting" if implicit else "receiving the greeting"
+        try:
+            await self.smtp.connect()
+        except SMTPConnectResponseError as exc:
+            return self.skip_host(replies.temporary(self.reply(exc.code, exc.message)))
+        except ssl.SSLError as exc:
+            return self.implicit_tls_failed(exc)
+        except TimeoutError:
+            return self.skip_host(self.own(replies.NO_ANSWER, f"no greeting from {target.label} within "
+                                                              f"{target.timeouts.greeting:g} s"))
+        except SMTPConnectError as exc:
+            if isinstance(exc.__cause__, ssl.SSLError):  # aiosmtplib wraps a failed implicit TLS handshake
+                return self.implicit_tls_failed(exc.__cause__)
+            return self.skip_host(self.own(replies.CONNECTION_DROPPED,
+                                           f"lost connection with {target.label} while {self.doing}"))
+        except Exception as exc:
+            return self.skip_host(self.failure(exc))
+        self.tls_active = implicit
+        logger.debug("connected to %s%s", target.label, " over TLS" if implicit else "")
+        return True
+
+    def implicit_tls_failed(self, exc: ssl.SSLError) -> bool:
+        reply = self.own(replies.TLS_FAILED, f"TLS handshake with {self.target.label} failed: {exc.reason or exc}")
+        self.operator_error(f"relay {self.target.label}: TLS handshake failed: {reply.text}")
+        return self.skip_host(reply)
+
+    async def hello(self) -> bool:
+        assert self.smtp is not None
+        helo_name, timeout = self.target.helo_name, self.target.timeouts.greeting
+        self.doing = "sending EHLO"
+        try:
+            await self.smtp.ehlo(hostname=helo_name, timeout=timeout)
+            return True
+        except SMTPHeloError as exc:
+            if exc.code == 421 or not self.smtp.is_connected:
+                return self.skip_host(replies.temporary(self.reply(exc.code, exc.message)))
+        except Exception as exc:
+            return self.skip_host(self.failure(exc))
+        self.doing = "sending HELO"
+        try:
+            await self.smtp.helo(hostname=helo_name, timeout=timeout)
+            return True
+        except SMTPHeloError as exc:
+            return self.skip_host(replies.temporary(self.reply(exc.code, exc.message)))
+        except Exception as exc:
+            return self.skip_host(self.failure(exc))
+
+    async def _starttls(self) -> None:
+        assert self.smtp is not None
+        self.doing = "starting TLS"
+        await self.smtp.starttls(server_hostname=self.target.host, tls_context=self.target.tls_context,
+                                 timeout=self.target.timeouts.greeting)
+        # RFC 3207 §4.2: forget what was learned before TLS (aiosmtplib did), ask again
+        self.doing = "sending EHLO after STARTTLS"
+        await self.smtp.ehlo(hostname=self.target.helo_name, timeout=self.target.timeouts.greeting)
+        self.tls_active = True
+
+    async def starttls_opportunistic(self) -> _Opportunistic:
+        """STARTTLS on an MX host: encrypted if it works, plain text if it does not (Postfix's `may`)."""
+        try:
+            await self._starttls()
+        except SMTPResponseException as exc:
+            if exc.code == 421:
+                self.skip_host(self.reply(exc.code, exc.message))
+                return "next"
+            if exc.code > 0 and self.smtp is not None and self.smtp.is_connected and not self.tls_active \
+                    and self.doing == "starting TLS":
+                logger.info("%s refused STARTTLS (%s %s); going on in plain text",
+                            self.target.label, exc.code, self.mask(exc.message))
+                return "plain"
+            logger.info("TLS with %s failed (%s); retrying in plain text", self.target.label, self.failure(exc).text)
+            return "retry"
+        except Exception as exc:
+            logger.info("TLS with %s failed (%s); retrying in plain text", self.target.label, self.failure(exc).text)
+            return "retry"
+        logger.debug("TLS with %s established", self.target.label)
+        return "tls"
+
+    async def starttls_required(self) -> bool:
+        """STARTTLS on a relay: required, the certificate verified; no TLS, no session."""
+        label = self.target.label
+        if not self.offers("starttls"):
+            reply = self.own(replies.TLS_NOT_OFFERED, f"TLS is required, but was not offered by {label}")
+            self.operator_error(f"relay {label} does not offer STARTTLS, which the route requires "
+                                '(TLS "starttls"); nothing was sent, no credentials either')
+            return self.skip_host(reply)
+        try:
+            await self._starttls()
+        except SMTPResponseException as exc:
+            if exc.code > 0 and self.doing == "starting TLS":
+                text = self.reply(exc.code, exc.message)
+                reply = self.own(replies.TLS_FAILED, f"TLS is required, but {label} refused to start TLS: {text}")
+            else:
+                reply = self.failure(exc)
+            self.operator_error(f"relay {label}: STARTTLS failed: {reply.text}")
+            return self.skip_host(reply)
+        except Exception as exc:  # the handshake, the certificate, or the first exchange under TLS
+            reply = self.own(replies.TLS_FAILED, f"TLS handshake with {label} failed: {self.failure(exc).text}")
+            self.operator_error(f"relay {label}: TLS handshake failed: {reply.text}")
+            return self.skip_host(reply)
+        return True
+
+    async def authenticate(self) -> bool:
+        assert self.smtp is not None and self.target.username is not None
+        label = self.target.label
+        self.doing = "authenticating"
+        if not self.tls_active and self.target.tls != "none":  # never a password in plain text unless asked
+            self.operator_error(f"relay {label}: credentials withheld, the connection is not encrypted")
+            return self.skip_host(self.own(replies.AUTH_FAILED, f"credentials withheld from {label}: no TLS"))
+        if not self.offers("auth"):
+            self.operator_error(f"relay {label} offers no AUTH mechanism, and the route has USERNAME")
+            return self.skip_host(self.own(replies.AUTH_FAILED, f"{label} offered no authentication mechanism"))
+        try:
+            await self.smtp.login(self.target.username, self.target.password or "",
+                                  timeout=self.target.timeouts.greeting)
+        except SMTPAuthenticationError as exc:
+            reply = replies.temporary(self.reply(exc.code, exc.message))
+            self.operator_error(f"relay {label} refused the credentials of {self.target.username!r}: {reply}")
+            return self.skip_host(reply)
+        except SMTPResponseException as exc:
+            return self.skip_host(self.failure(exc))
+        except SMTPException as exc:
+            if self.smtp.is_connected:
+                reply = self.own(replies.AUTH_FAILED, f"authentication with {label} failed: {exc.message}")
+                self.operator_error(f"relay {label}: {reply.text}")
+                return self.skip_host(reply)
+            return self.skip_host(self.failure(exc))
+        except Exception as exc:
+            return self.skip_host(self.failure(exc))
+        logger.debug("authenticated to %s", label)
+        return True
+
+    async def command(self, *args: bytes, timeout: float, doing: str) -> SMTPResponse | None:
+        """Send one command; None when the session ended (exception, malformed reply, 421)."""
+        assert self.smtp is not None
+        self.doing = doing
+        try:
+            response = await self.smtp.execute_command(*args, timeout=timeout)
+        except Exception as exc:
+            self.end(self.failure(exc))
+            return None
+        if not replies.is_well_formed(response.code, response.message):
+            self.end(self.reply(response.code, response.message))
+            return None
+        if response.code == 421:
+            self.end(self.reply(response.code, response.message))
+            return None
+        return response
+
+    async def rset(self) -> None:
+        await self.command(b"RSET", timeout=self.target.timeouts.greeting, doing="sending RSET")
+
+    async def transactions(self) -> None:
+        assert self.smtp is not None
+        envelope, label = self.envelope, self.target.label
+        size_limit = _size_limit(self.smtp.esmtp_extensions.get("size", ""))
+        if size_limit and envelope.size > size_limit:
+            reply = self.own(replies.TOO_BIG, f"message size {envelope.size} exceeds size limit {size_limit} "
+                                              f"of {label}")
+            self.report.decide_rest(envelope.recipients, reply, RecipientState.FAILED)
+            return
+        limit = max(1, envelope.rcpt_limit)
+        for start in range(0, len(envelope.recipients), limit):
+            if self.report.ended:
+                return
+            await self.transaction(envelope.recipients[start:start + limit])
+
+    async def transaction(self, chunk: tuple[str, ...]) -> None:
+        envelope, timeouts, label = self.envelope, self.target.timeouts, self.target.label
+        utf8 = envelope.utf8_headers or not envelope.sender.isascii() or not all(r.isascii() for r in chunk)
+        if utf8 and not self.offers("smtputf8"):
+            reply = self.own(replies.NEEDS_SMTPUTF8, f"SMTPUTF8 is required, but was not offered by {label}")
+            self.report.decide_rest(chunk, reply, RecipientState.FAILED)
+            return
+        encoding = "utf-8" if utf8 else "ascii"
+        params: list[bytes] = []
+        if self.offers("size"):
+            params.append(b"SIZE=%d" % envelope.size)
+        if envelope.eightbit and self.offers("8bitmime"):
+            params.append(b"BODY=8BITMIME")
+        if utf8:
+            params.append(b"SMTPUTF8")
+        response = await self.command(b"MAIL", b"FROM:<" + envelope.sender.encode(encoding) + b">", *params,
+                                      timeout=timeouts.mail, doing="sending MAIL FROM")
+        if response is None:
+            return
+        if not 200 <= response.code < 300:
+            reply = self.reply(response.code, response.message)
+            self.report.decide_rest(chunk, reply, replies.state_of(reply))
+            await self.rset()
+            return
+        accepted: list[str] = []
+        for recipient in chunk:
+            response = await self.command(b"RCPT", b"TO:<" + recipient.encode(encoding) + b">",
+                                          timeout=timeouts.rcpt, doing="sending RCPT TO")
+            if response is None:
+                return
+            reply = self.reply(response.code, response.message)
+            if 200 <= response.code < 300:
+                accepted.append(recipient)
+            else:
+                self.report.decide(recipient, reply, replies.state_of(reply))
+        if not accepted:
+            await self.rset()
+            return
+        response = await self.command(b"DATA", timeout=timeouts.data, doing="sending DATA")
+        if response is None:
+            return
+        if response.code != 354:
+            reply = self.reply(response.code, response.message)
+            if reply.status.startswith("2"):
+                reply = self.own(replies.MALFORMED, f"unexpected reply to DATA from {label}: {reply}")
+            self.report.decide_rest(accepted, reply, replies.state_of(reply))
+            await self.rset()
+            return
+        await self.send_message(accepted)
+
+    async def send_message(self, accepted: list[str]) -> None:
+        assert self.smtp is not None
+        timeouts, label, data = self.target.timeouts, self.target.label, self.envelope.data
+        protocol = self.smtp.protocol
+        if protocol is None:
+            self.end(self.own(replies.CONNECTION_DROPPED, f"lost connection with {label} while sending the message"))
+            return
+        self.doing = "sending the message"
+        # aiosmtplib keeps incoming bytes only while a reply is expected: expect one now,
+        # so a reply that comes while the message is still being written is not lost.
+        protocol._response_pending = True
+        try:
+            for start in range(0, len(data), DATA_BLOCK_SIZE):
+                protocol.write(data[start:start + DATA_BLOCK_SIZE])
+                async with asyncio.timeout(timeouts.data_block):
+                    await protocol._drain_helper()
+        except TimeoutError:
+            self.end(self.own(replies.NO_ANSWER, f"conversation with {label} timed out while sending the message"))
+            return
+        except Exception as exc:
+            self.end(self.failure(exc))
+            return
+        self.report.awaiting_reply.update(accepted)
+        self.doing = "waiting for the reply to the end of data"
+        try:
+            response = await protocol.read_response(timeout=timeouts.data_end)
+        except Exception as exc:
+            self.report.possibly_delivered.update(accepted)
+            self.report.awaiting_reply.clear()
+            lost = self.failure(exc)
+            self.end(self.own(lost.status, f"{lost.text}: the message may have been delivered"))
+            return
+        self.report.awaiting_reply.clear()
+        if not replies.is_well_formed(response.code, response.message):
+            self.report.possibly_delivered.update(accepted)
+            self.end(self.reply(response.code, response.message))
+            return
+        reply = self.reply(response.code, response.message)
+        self.report.decide_rest(accepted, reply, replies.state_of(reply))
+        if response.code == 421:
+            self.end(reply)
+        else:
+            logger.debug("%s answered the end of data for %d recipients: %s", label, len(accepted), reply)
+
+    async def quit(self) -> None:
+        if self.smtp is None or not self.smtp.is_connected:
+            return
+        self.doing = "sending QUIT"
+        try:
+            await self.smtp.quit(timeout=min(self.target.timeouts.greeting, QUIT_TIMEOUT))
+        except Exception:  # the mail is decided; a QUIT that fails changes nothing
+            logger.debug("QUIT to %s failed", self.target.label)
+
+
+def _size_limit(value: str) -> int:
+    try:
+        return max(0, int(value.split()[0])) if value.strip() else 0
+    except ValueError:
+        return 0
+
+
+__all__ = ["DATA_BLOCK_SIZE", "SmtpTransport"]

@@ -1,0 +1,40 @@
+"""TLS contexts: unverified and opportunistic for MX hosts, verified against the system trust store for relays."""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Callable
+
+from ..conf import RelayRoute
+
+#: Makes the context that verifies a relay's certificate; the default is `relay_context`.
+RelayContextFactory = Callable[[RelayRoute], ssl.SSLContext]
+
+
+def mx_context() -> ssl.SSLContext:
+    """STARTTLS to MX hosts, as Postfix's `may` level: encrypt, verify nothing.
+
+    An MX host's certificate is rarely valid for the name the MX record
+    gives, and refusing it would only send the mail in plain text instead,
+    so it is not checked; a failed handshake retries the host in plain text.
+    """
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+def relay_context(route: RelayRoute) -> ssl.SSLContext:
+    """A relay's TLS: the certificate verified against the system's trust store.
+
+    `ssl.create_default_context()` loads OpenSSL's default locations, so
+    `SSL_CERT_FILE` / `SSL_CERT_DIR` apply; the relay's `HOST` (a name or an
+    IP literal) must match the certificate.
+    """
+    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+    context.check_hostname = True
+    context.verify_mode = ssl.CERT_REQUIRED
+    return context
+
+
+__all__ = ["RelayContextFactory", "mx_context", "relay_context"]

@@ -1,0 +1,27 @@
+"""`manage.py mailqueue_prune_history`: delete delivery history older than `HISTORY_DAYS`, in batches."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from django.core.management.base import BaseCommand
+from django.db import DEFAULT_DB_ALIAS
+
+from ...clock import SystemClock
+from ...conf import get_settings
+from ...history import prune
+
+
+class Command(BaseCommand):
+    help = "Delete delivery history records older than MAILQUEUE['HISTORY_DAYS'] days (0: all of them)."
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--days", type=int, default=None, help="keep this many days instead of HISTORY_DAYS")
+        parser.add_argument("--batch", type=int, default=5000, help="rows deleted per statement (default 5000)")
+        parser.add_argument("--database", default=DEFAULT_DB_ALIAS, help="the database holding the history")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        days = options["days"] if options["days"] is not None else get_settings().history_days
+        removed = prune(days=days, now=SystemClock().now(), batch=max(1, options["batch"]), alias=options["database"])
+        self.stdout.write(f"mailqueue: {removed} history records older than {days} days deleted")
