@@ -17,10 +17,12 @@ by `wire.to_wire` (so it is stuffed once).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
 import ssl
 import traceback
+from dataclasses import dataclass
 from typing import Literal
 
 import aiosmtplib
@@ -48,15 +50,93 @@ DATA_BLOCK_SIZE = 64 * 1024
 QUIT_TIMEOUT = 5.0
 
 
+#: Seconds an idle connection is kept for the next message to the same server (Postfix's
+#: smtp_connection_cache_time_limit).
+CACHE_TIME = 2.0
+#: Seconds a connection may be reused for in all (Postfix's smtp_connection_reuse_time_limit).
+REUSE_TIME = 300.0
+#: The most sessions at once to one server address (Postfix's default_destination_concurrency_limit).
+DESTINATION_CONCURRENCY = 20
+
+_CacheKey = tuple[str, int, str, str | None, str, int]
+
+
+@dataclass
+class _Idle:
+    smtp: aiosmtplib.SMTP
+    tls_active: bool
+    opened: float
+    idle_since: float
+
+
 class SmtpTransport:
-    """The default `Transport`: a fresh aiosmtplib connection per session."""
+    """The default `Transport`: aiosmtplib sessions, with a connection cache.
+
+    With `cache_time` above 0 (the worker uses `CACHE_TIME`), a connection
+    whose transaction ended well is reset (RSET) and kept up to `cache_time`
+    seconds for the next message to the same server address with
+    the same TLS policy and credentials, as Postfix's connection cache does;
+    at most `destination_concurrency` sessions run at once to one address. A
+    cached connection that turns out to be closed is dropped and the message
+    goes through a new one.
+    """
+
+    def __init__(self, *, cache_time: float = 0.0, reuse_time: float = REUSE_TIME,
+                 destination_concurrency: int = DESTINATION_CONCURRENCY) -> None:
+        self.cache_time = cache_time
+        self.reuse_time = reuse_time
+        self.destination_concurrency = destination_concurrency
+        self._idle: dict[_CacheKey, list[_Idle]] = {}
+        self._limits: dict[tuple[str, int], asyncio.Semaphore] = {}
+
+    @staticmethod
+    def _key(target: Target) -> _CacheKey:
+        return (target.address, target.port, target.tls, target.username, target.helo_name,
+                id(target.tls_context))
+
+    def _take(self, key: _CacheKey) -> _Idle | None:
+        now = asyncio.get_running_loop().time()
+        pool = self._idle.get(key)
+        while pool:
+            idle = pool.pop()
+            if (now - idle.idle_since <= self.cache_time and now - idle.opened <= self.reuse_time
+                    and idle.smtp.is_connected):
+                return idle
+            idle.smtp.close()
+        return None
+
+    def _keep(self, key: _CacheKey, idle: _Idle) -> None:
+        pool = self._idle.setdefault(key, [])
+        pool.append(idle)
+        asyncio.get_running_loop().call_later(self.cache_time + 0.05, self._expire, key)
+
+    def _expire(self, key: _CacheKey) -> None:
+        now = asyncio.get_running_loop().time()
+        pool = self._idle.get(key, [])
+        for idle in [i for i in pool if now - i.idle_since > self.cache_time]:
+            pool.remove(idle)
+            idle.smtp.close()  # the server sees the connection close; QUIT would only cost a round trip
 
     async def send(self, target: Target, envelope: Envelope) -> SessionReport:
+        limit = self._limits.setdefault((target.address, target.port),
+                                        asyncio.Semaphore(self.destination_concurrency))
+        async with limit:
+            key = self._key(target)
+            cached = self._take(key)
+            if cached is not None:
+                report = await self._send(target, envelope, cached, key)
+                if not report.stale_connection:
+                    return report
+                logger.debug("cached connection to %s was closed; opening a new one", target.label)
+            return await self._send(target, envelope, None, key)
+
+    async def _send(self, target: Target, envelope: Envelope, cached: _Idle | None, key: _CacheKey) -> SessionReport:
         report = SessionReport(host=target.host)
-        session = _Session(target, envelope, report)
+        session = _Session(target, envelope, report, cached, keep=self.cache_time > 0)
+        keep: _Idle | None = None
         try:
             async with asyncio.timeout_at(target.deadline) as scope:
-                await session.run()
+                keep = await session.run()
         except TimeoutError:
             if not scope.expired():  # pragma: no cover - every step catches its own timeouts
                 session.internal_error(RuntimeError("a timeout escaped the session"))
@@ -65,24 +145,40 @@ class SmtpTransport:
         except Exception as exc:
             session.internal_error(exc)
         finally:
-            session.close()
+            if keep is None:
+                session.close()
+        if keep is not None:
+            self._keep(key, keep)
         return report
 
     async def aclose(self) -> None:
-        """Nothing cached yet: each session has its own connection."""
+        """Say QUIT on every cached connection and close it."""
+        pools, self._idle = self._idle, {}
+        for pool in pools.values():
+            for idle in pool:
+                with contextlib.suppress(Exception):
+                    await idle.smtp.quit(timeout=QUIT_TIMEOUT)
+                idle.smtp.close()
 
 
 _Opportunistic = Literal["tls", "plain", "retry", "next"]
 
 
 class _Session:
-    def __init__(self, target: Target, envelope: Envelope, report: SessionReport) -> None:
+    def __init__(self, target: Target, envelope: Envelope, report: SessionReport, cached: _Idle | None = None,
+                 *, keep: bool = False) -> None:
         self.target = target
+        #: keep the connection for the next message when the session ends well
+        self.keep = keep
         self.envelope = envelope
         self.report = report
         self.mask = target.mask
-        self.smtp: aiosmtplib.SMTP | None = None
-        self.tls_active = False
+        self.cached = cached
+        self.smtp: aiosmtplib.SMTP | None = cached.smtp if cached else None
+        self.tls_active = cached.tls_active if cached else False
+        self.opened = cached.opened if cached else asyncio.get_running_loop().time()
+        #: a MAIL FROM was answered in this session (a cached connection is alive)
+        self.answered = False
         self.doing = "connecting"
 
     # --- replies and failures -------------------------------------------------------
@@ -159,9 +255,36 @@ class _Session:
 
     # --- the session ----------------------------------------------------------------
 
-    async def run(self) -> None:
-        await self.steps()
-        await self.quit()
+    async def run(self) -> _Idle | None:
+        """The session; a connection worth keeping for the next message, or None."""
+        if self.cached is not None:
+            await self.transactions()
+            if self.report.ended and not self.answered:
+                self.report.stale_connection = True  # closed while idle: nothing was said, try a new one
+                return None
+        else:
+            await self.steps()
+        if (self.smtp is None or not self.smtp.is_connected or self.report.ended or self.report.next_host
+                or not self.keep):
+            await self.quit()
+            return None
+        return await self.release()
+
+    async def release(self) -> _Idle | None:
+        """Reset the connection for the next message (RSET), as Postfix does before caching it."""
+        assert self.smtp is not None
+        self.doing = "sending RSET before reuse"
+        try:
+            response = await self.smtp.execute_command(b"RSET", timeout=min(self.target.timeouts.greeting,
+                                                                            QUIT_TIMEOUT))
+        except Exception:
+            return None
+        if response.code != 250:
+            await self.quit()
+            return None
+        smtp, self.smtp = self.smtp, None
+        loop_time = asyncio.get_running_loop().time()
+        return _Idle(smtp=smtp, tls_active=self.tls_active, opened=self.opened, idle_since=loop_time)
 
     async def steps(self) -> None:
         policy = self.target.tls
@@ -394,6 +517,7 @@ class _Session:
                                       timeout=timeouts.mail, doing="sending MAIL FROM")
         if response is None:
             return
+        self.answered = True
         if not 200 <= response.code < 300:
             reply = self.reply(response.code, response.message)
             self.report.decide_rest(chunk, reply, replies.state_of(reply))

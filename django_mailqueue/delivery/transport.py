@@ -96,6 +96,8 @@ class SessionReport:
     awaiting_reply: set[str] = field(default_factory=set)
     #: the session ended (a 421, a dropped connection): no more transactions in it
     ended: bool = False
+    #: a cached connection was found closed before anything was said: the caller tries a new one
+    stale_connection: bool = False
 
     def decide(self, recipient: str, reply: Reply, state: RecipientState) -> None:
         self.outcomes[recipient] = RecipientOutcome(recipient, state, reply, self.host)

@@ -96,8 +96,9 @@ class Worker:
         self.clock: Clock = clock or SystemClock()
         if deliverer is None:
             from ..delivery import Deliverer as SmtpDeliverer
+            from ..delivery.smtp import CACHE_TIME, SmtpTransport
 
-            deliverer = SmtpDeliverer(settings, clock=self.clock)
+            deliverer = SmtpDeliverer(settings, clock=self.clock, transport=SmtpTransport(cache_time=CACHE_TIME))
         self.deliverer = deliverer
         self.owner = owner or default_owner()
         self.queues = list(queues) if queues else None
