@@ -17,3 +17,13 @@ def check_mailqueue_settings(app_configs: Any = None, **kwargs: Any) -> list[Che
         Error(problem.message, hint=f"See the settings reference for {problem.key}.", id=problem.check_id)
         for problem in settings_problems(getattr(settings, "MAILQUEUE", None))
     ]
+
+
+@register(Tags.database)
+def check_redis_maxmemory_policy(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """mailqueue.W001: a Redis store whose server may evict queue keys (run with database checks only)."""
+    if not databases:
+        return []
+    from .stores.redis_checks import maxmemory_policy_warnings
+
+    return maxmemory_policy_warnings()

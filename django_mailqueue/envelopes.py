@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import email.utils
+import re
 from datetime import UTC, date, datetime, time
 from typing import Any
 
@@ -80,9 +81,17 @@ def _refuse_bad_text(value: str, what: str) -> None:
     refuse_line_breaks(value, what)
 
 
+#: A bare ASCII addr-spec of RFC 5322 atoms: `sanitize_address` returns it unchanged, so it is
+#: taken as it is without running the email header parser (the costliest step of an enqueue).
+_PLAIN_ADDRESS = re.compile(r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*"
+                            r"@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*")
+
+
 def _envelope_address(raw: Any, encoding: str, what: str) -> str:
     if raw is None or raw == "":
         return ""
+    if isinstance(raw, str) and _PLAIN_ADDRESS.fullmatch(raw):
+        return raw
     try:
         sanitized = sanitize_address(raw, encoding)
     except (ValueError, IndexError, UnicodeError) as exc:

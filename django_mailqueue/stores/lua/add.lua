@@ -1,0 +1,67 @@
+-- add.lua: store a batch of items with their messages, all or nothing.
+--
+-- KEYS[1]  <prefix>schema   string, the layout version
+-- KEYS[2]  <prefix>seq      string, the counter that orders items
+-- KEYS[3]  <prefix>items    sorted set, every item by next attempt
+-- KEYS[4]  <prefix>queues   set, names of the queues whose ready set may hold items
+-- ARGV[1]  the prefix; an item's keys are <prefix>item:<id>, <prefix>message:<id>,
+--          <prefix>ready:<queue>; the wake-up channel is <prefix>wakeup
+-- ARGV[2]  the layout version
+-- ARGV[3]  MAX_ITEMS, or '' for no bound
+-- ARGV[4]  n, how many items follow
+-- then, per item, 10 values: id, queue, next attempt (µs), created (µs), sender,
+--          recipients (JSON), size, Message-ID, subject, message bytes
+--
+-- Returns {'ok'} once every item is stored and idle workers are told;
+-- {'full', held} when the batch would pass MAX_ITEMS; {'duplicate', id} when an
+-- item with that id is queued already; {'schema', found} when the prefix holds
+-- another application's schema key. Nothing is written unless 'ok'.
+--
+-- Every check comes before the first write: under maxmemory a script is refused
+-- at its first write, so a refusal also leaves nothing half stored.
+local prefix = ARGV[1]
+local n = tonumber(ARGV[4])
+
+local found = redis.pcall('GET', KEYS[1])
+if type(found) == 'table' then
+  return {'schema', 'a key of type ' .. redis.call('TYPE', KEYS[1])['ok']}
+end
+if found and found ~= ARGV[2] then
+  return {'schema', found}
+end
+
+if ARGV[3] ~= '' then
+  local held = redis.call('ZCARD', KEYS[3])
+  if held + n > tonumber(ARGV[3]) then
+    return {'full', held}
+  end
+end
+
+for i = 0, n - 1 do
+  local id = ARGV[5 + i * 10]
+  if redis.call('EXISTS', prefix .. 'item:' .. id) == 1 then
+    return {'duplicate', id}
+  end
+end
+
+-- Told first, so that a channel the ACL denies fails before anything is written;
+-- subscribers read it only once the script has run whole.
+redis.call('PUBLISH', prefix .. 'wakeup', n)
+if not found then
+  redis.call('SET', KEYS[1], ARGV[2])
+end
+for i = 0, n - 1 do
+  local base = 5 + i * 10
+  local id, queue, due = ARGV[base], ARGV[base + 1], ARGV[base + 2]
+  local member = string.format('%016d', redis.call('INCR', KEYS[2])) .. ':' .. id
+  redis.call('HSET', prefix .. 'item:' .. id,
+    'id', id, 'member', member, 'queue', queue, 'next', due, 'created', ARGV[base + 3],
+    'sender', ARGV[base + 4], 'rcpts', ARGV[base + 5], 'size', ARGV[base + 6],
+    'mid', ARGV[base + 7], 'subject', ARGV[base + 8],
+    'attempts', 0, 'rev', 0, 'reclaims', 0, 'delay', 0)
+  redis.call('SET', prefix .. 'message:' .. id, ARGV[base + 9])
+  redis.call('ZADD', KEYS[3], due, member)
+  redis.call('ZADD', prefix .. 'ready:' .. queue, due, member)
+  redis.call('SADD', KEYS[4], queue)
+end
+return {'ok'}

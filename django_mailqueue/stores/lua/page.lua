@@ -1,0 +1,18 @@
+-- page.lua: read a page of items in one step (reads only).
+--
+-- KEYS[1]  <prefix>items    sorted set, every item by next attempt, then oldest
+-- ARGV[1]  the prefix (item keys are <prefix>item:<id>)
+-- ARGV[2]  the first rank (0-based)
+-- ARGV[3]  the last rank (inclusive)
+--
+-- Returns {total, page}: how many members `items` holds, and per member in that
+-- range whose item hash exists, its hash as a flat list of fields and values.
+local prefix = ARGV[1]
+local page = {}
+for _, member in ipairs(redis.call('ZRANGE', KEYS[1], ARGV[2], ARGV[3])) do
+  local fields = redis.call('HGETALL', prefix .. 'item:' .. string.sub(member, 18))
+  if #fields > 0 then
+    table.insert(page, fields)
+  end
+end
+return {redis.call('ZCARD', KEYS[1]), page}

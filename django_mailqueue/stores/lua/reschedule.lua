@@ -1,0 +1,43 @@
+-- reschedule.lua: move an item's next attempt.
+--
+-- KEYS[1]  <prefix>leases   sorted set, leased items by when they become claimable again
+-- KEYS[2]  <prefix>items    sorted set, every item by next attempt
+-- KEYS[3]  <prefix>queues   set, names of the queues whose ready set may hold items
+-- ARGV[1]  the prefix (item keys, <prefix>ready:<queue>, the channel <prefix>wakeup)
+-- ARGV[2]  item id
+-- ARGV[3]  the new next attempt (µs)
+-- ARGV[4]  owner, or '' for none
+--
+-- With an owner: only while that owner holds the lease, which it lets go of (the
+-- item goes back to its queue's ready set). Without: the lease, if any, stays.
+-- Idle workers are told, since the item may be due now.
+-- Returns 1 when moved, 0 when there is no such item or the owner does not hold it.
+local prefix, id, due, owner = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local key = prefix .. 'item:' .. id
+local f = redis.call('HMGET', key, 'owner', 'expires', 'member', 'queue')
+local member, queue = f[3], f[4]
+if not member then
+  return 0
+end
+if owner ~= '' then
+  if f[1] ~= owner then
+    return 0
+  end
+  redis.call('HDEL', key, 'owner', 'expires')
+  redis.call('ZREM', KEYS[1], member)
+  f[1] = false
+end
+redis.call('HSET', key, 'next', due)
+redis.call('ZADD', KEYS[2], due, member)
+if f[1] then
+  local score = f[2]
+  if tonumber(due) > tonumber(f[2]) then
+    score = due
+  end
+  redis.call('ZADD', KEYS[1], score, member)
+else
+  redis.call('ZADD', prefix .. 'ready:' .. queue, due, member)
+  redis.call('SADD', KEYS[3], queue)
+end
+redis.call('PUBLISH', prefix .. 'wakeup', 0)
+return 1

@@ -1,0 +1,65 @@
+"""The Redis store's system check: `mailqueue.W001` when its server may evict queue keys."""
+
+from __future__ import annotations
+
+from django.core import checks
+from django.core.checks import CheckMessage
+from django.utils.module_loading import import_string
+
+from ..exceptions import QueueError
+
+HINT = (
+    "Run the queue's Redis with maxmemory-policy noeviction (redis.conf, or CONFIG SET maxmemory-policy "
+    "noeviction), so that a full Redis refuses new mail instead of evicting queued items and messages; "
+    "see the Redis store's documentation."
+)
+
+
+def maxmemory_policy_warnings() -> list[CheckMessage]:
+    """W001 for the configured store when it is a RedisStore whose server's policy is not `noeviction`.
+
+    Connects to Redis (briefly, with the store's own settings); any failure is
+    reported as the warning's text, never raised.
+    """
+    from ..conf import get_settings
+
+    try:
+        settings = get_settings()
+        cls = import_string(settings.store.backend)
+        from .redis import RedisStore
+    except (QueueError, ImportError):
+        return []  # a bad STORE is mailqueue.E003's to report
+    if not (isinstance(cls, type) and issubclass(cls, RedisStore)):
+        return []
+    try:
+        store = cls(settings.store.options, max_items=settings.max_items)
+    except QueueError:
+        return []
+    try:
+        policy = store.maxmemory_policy()
+    except QueueError as exc:
+        return [
+            checks.Warning(f"could not read the Redis store's maxmemory-policy: {exc}", hint=HINT, id="mailqueue.W001")
+        ]
+    finally:
+        store.close()
+    if policy is None:
+        return [
+            checks.Warning(
+                f"could not read the maxmemory-policy of the Redis store's server ({store.place}): "
+                "its user may not run CONFIG GET",
+                hint="CONFIG is not permitted for the store's ACL user (as the documented ACL line has it); check "
+                "by hand that the server runs with maxmemory-policy noeviction. " + HINT,
+                id="mailqueue.W001",
+            )
+        ]
+    if policy != "noeviction":
+        return [
+            checks.Warning(
+                f"the Redis store's server ({store.place}) runs with maxmemory-policy {policy!r}: "
+                "when it is full it evicts keys, and queued items or their messages are lost",
+                hint=HINT,
+                id="mailqueue.W001",
+            )
+        ]
+    return []

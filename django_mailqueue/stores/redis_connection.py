@@ -1,0 +1,257 @@
+"""The Redis store's connections: its OPTIONS checked, its clients built, Redis's errors made `QueueError`s."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote, unquote, urlsplit
+
+import redis
+import redis.asyncio
+import redis.asyncio.connection
+import redis.asyncio.retry
+import redis.backoff
+import redis.connection
+import redis.retry
+
+from ..exceptions import QueueError
+
+#: The keys `OPTIONS` may hold.
+OPTION_NAMES = frozenset({"url", "cache", "key_prefix", "on_commit", "socket_timeout"})
+DEFAULT_PREFIX = "mailqueue:"
+DEFAULT_SOCKET_TIMEOUT = 10.0
+#: Lowercase letters, digits, `_ : . -`, a letter first: no `{` (no Cluster hash tag)
+#: and no glob character, so `SCAN MATCH <prefix>*` and `~<prefix>*` mean the queue's keys.
+PREFIX_RULE = re.compile(r"[a-z][a-z0-9_:.\-]{0,39}")
+URL_SCHEMES = ("redis", "rediss", "unix")
+
+_USERINFO = re.compile(r"(?P<scheme>[a-z][a-z0-9+.\-]*://)(?P<user>[^:@/\s]*):(?P<password>[^@/\s]*)@", re.IGNORECASE)
+#: The connection settings an asyncio client may take from a django-redis pool.
+_ASYNC_KWARGS = frozenset(
+    {
+        "host",
+        "port",
+        "db",
+        "username",
+        "password",
+        "path",
+        "socket_timeout",
+        "socket_connect_timeout",
+        "socket_keepalive",
+        "socket_keepalive_options",
+        "client_name",
+        "credential_provider",
+        "encoding",
+        "encoding_errors",
+        "ssl_keyfile",
+        "ssl_certfile",
+        "ssl_cert_reqs",
+        "ssl_ca_certs",
+        "ssl_ca_data",
+        "ssl_check_hostname",
+        "ssl_min_version",
+        "ssl_ciphers",
+    }
+)
+
+
+def check_options(options: Mapping[str, Any]) -> list[str]:
+    """What is wrong in a RedisStore's `OPTIONS`, without connecting; [] when nothing."""
+    problems: list[str] = []
+    unknown = set(options) - OPTION_NAMES
+    if unknown:
+        problems.append(f"unknown option(s) {sorted(unknown)}; RedisStore takes {sorted(OPTION_NAMES)}")
+    url, cache = options.get("url"), options.get("cache")
+    if (url is None) == (cache is None):
+        problems.append("give exactly one of 'url' (redis://, rediss:// or unix://) and 'cache' (a CACHES alias)")
+    if url is not None:
+        problems.extend(_url_problems(url))
+    if cache is not None:
+        problems.extend(_cache_problems(cache))
+    prefix = options.get("key_prefix", DEFAULT_PREFIX)
+    if not isinstance(prefix, str) or not PREFIX_RULE.fullmatch(prefix):
+        problems.append(
+            "'key_prefix' must be 1 to 40 of lowercase letters, digits, '_', ':', '.' and '-', starting with a letter"
+        )
+    if not isinstance(options.get("on_commit", False), bool):
+        problems.append("'on_commit' must be True or False")
+    timeout = options.get("socket_timeout", DEFAULT_SOCKET_TIMEOUT)
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout <= 3600:
+        problems.append("'socket_timeout' must be a number of seconds, more than 0 and at most 3600")
+    return problems
+
+
+def _url_problems(url: Any) -> list[str]:
+    if not isinstance(url, str) or not url:
+        return ["'url' must be a string such as redis://host:6379/0"]
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError:
+        return ["'url' is not a URL"]
+    if parts.scheme not in URL_SCHEMES:
+        return ["'url' must start with redis://, rediss:// or unix://"]
+    if parts.scheme == "unix" and not parts.path:
+        return ["a unix:// 'url' needs the socket's path"]
+    try:
+        redis.connection.parse_url(url)
+    except ValueError:
+        return ["'url' is not a Redis URL (see redis-py's Redis.from_url)"]
+    return []
+
+
+def _cache_problems(alias: Any) -> list[str]:
+    if not isinstance(alias, str) or not alias:
+        return ["'cache' must be the alias of a CACHES entry"]
+    from django.conf import settings
+
+    caches = getattr(settings, "CACHES", {})
+    if alias not in caches:
+        return [f"'cache' {alias!r} is not an alias of CACHES ({', '.join(caches) or 'none'})"]
+    backend = str(caches[alias].get("BACKEND", ""))
+    if not backend.startswith("django_redis."):
+        return [f"'cache' {alias!r} is not a django-redis cache (its BACKEND is {backend!r})"]
+    return []
+
+
+@dataclass
+class Secrets:
+    """The passwords an error's text must not show, in every spelling a driver might use."""
+
+    words: set[str] = field(default_factory=set)
+
+    def add(self, password: str | None) -> None:
+        if password:
+            self.words.update({password, unquote(password), quote(password, safe="")})
+
+    def mask(self, text: str) -> str:
+        text = _USERINFO.sub(lambda m: f"{m['scheme']}{m['user']}:***@", text)
+        for word in sorted(self.words, key=len, reverse=True):
+            text = text.replace(word, "***")
+        return text
+
+
+def where(url: str) -> str:
+    """A URL as it may be shown: scheme, host, port and database, never the userinfo."""
+    parts = urlsplit(url)
+    if parts.scheme == "unix":
+        return f"unix://{parts.path}"
+    host = parts.hostname or "localhost"
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{host}{port}{parts.path}"
+
+
+def sync_client_from_url(url: str, timeout: float) -> redis.Redis[bytes]:
+    # No retries: a command whose connection drops midway may have run (an add, a
+    # claim); the caller is told STORE_UNAVAILABLE instead of it being run twice.
+    # A connection the server closed (a restart) is replaced when it is next taken
+    # from the pool, before any command is sent on it.
+    return redis.Redis.from_url(
+        url,
+        socket_timeout=timeout,
+        socket_connect_timeout=timeout,
+        retry=redis.retry.Retry(redis.backoff.NoBackoff(), 0),
+        decode_responses=False,
+    )
+
+
+def async_client_from_url(url: str, timeout: float) -> redis.asyncio.Redis[bytes]:
+    return redis.asyncio.Redis.from_url(
+        url,
+        socket_timeout=timeout,
+        socket_connect_timeout=timeout,
+        retry=redis.asyncio.retry.Retry(redis.backoff.NoBackoff(), 0),
+        decode_responses=False,
+    )
+
+
+@dataclass
+class CacheConnection:
+    """What the store takes from a django-redis cache: a sync client, and how to make an asyncio one."""
+
+    client: redis.Redis[bytes]
+    #: True when the store made `client` (and its pool) itself, and so closes it
+    owned: bool
+    async_settings: dict[str, Any]
+    async_class: type[Any]
+    password: str | None
+
+
+def cache_clients(alias: str, timeout: float) -> CacheConnection:
+    """django-redis's client for `alias`, and what an asyncio client needs to reach the same server.
+
+    The sync client is django-redis's own, or one on a pool of the same settings
+    when that pool decodes responses (the store reads messages as bytes).
+    """
+    from django_redis import get_redis_connection
+
+    client: redis.Redis[bytes] = get_redis_connection(alias)
+    pool = client.connection_pool
+    kwargs = dict(pool.connection_kwargs)
+    sync_class = pool.connection_class
+    async_class: type[Any]
+    if issubclass(sync_class, redis.connection.UnixDomainSocketConnection):
+        async_class = redis.asyncio.connection.UnixDomainSocketConnection
+    elif issubclass(sync_class, redis.connection.SSLConnection):
+        async_class = redis.asyncio.connection.SSLConnection
+    else:
+        async_class = redis.asyncio.connection.Connection
+    accepted = _parameters(async_class)
+    settings = {k: v for k, v in kwargs.items() if k in _ASYNC_KWARGS and k in accepted}
+    settings.setdefault("socket_timeout", kwargs.get("orig_socket_timeout") or timeout)
+    settings.setdefault("socket_connect_timeout", kwargs.get("orig_socket_connect_timeout") or timeout)
+    owned = False
+    if kwargs.get("decode_responses"):
+        own = dict(kwargs, decode_responses=False)
+        client = redis.Redis(connection_pool=redis.ConnectionPool(connection_class=sync_class, **own))
+        owned = True
+    password = kwargs.get("password")
+    return CacheConnection(client, owned, settings, async_class, password if isinstance(password, str) else None)
+
+
+def async_client_from_settings(settings: Mapping[str, Any], connection_class: type[Any]) -> redis.asyncio.Redis[bytes]:
+    retry = redis.asyncio.retry.Retry(redis.backoff.NoBackoff(), 0)
+    pool = redis.asyncio.ConnectionPool(
+        connection_class=connection_class, decode_responses=False, retry=retry, **settings
+    )
+    # from_pool: the client owns the pool, and aclose() disconnects it
+    client: redis.asyncio.Redis[bytes] = redis.asyncio.Redis.from_pool(pool)  # type: ignore[attr-defined, unused-ignore]
+    return client
+
+
+def _parameters(cls: type[Any]) -> set[str]:
+    names: set[str] = set()
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is not None:
+            names.update(inspect.signature(init).parameters)
+    return names
+
+
+def translate(exc: BaseException, secrets: Secrets, place: str) -> QueueError:
+    """A driver's error as `STORE_UNAVAILABLE`, its text with every password masked."""
+    text = secrets.mask(str(exc)).splitlines()[0] if str(exc) else ""
+    kind = type(exc).__name__
+    if type(exc).__name__ == "OutOfMemoryError" or text.startswith("OOM"):
+        message = (
+            f"Redis at {place} is out of memory and refused the write (used memory is over its 'maxmemory'; "
+            "with maxmemory-policy noeviction it refuses rather than evict queue keys): raise maxmemory, "
+            f"or bound the queue with MAX_ITEMS and MAX_MESSAGE_SIZE. Redis said: {text}"
+        )
+    elif isinstance(exc, redis.exceptions.ReadOnlyError):
+        message = f"Redis at {place} is a read-only replica; point the store at the primary. Redis said: {text}"
+    elif isinstance(exc, redis.exceptions.NoPermissionError):
+        message = (
+            f"the Redis user at {place} lacks a permission the store needs (see the ACL line in the Redis "
+            f"store's documentation). Redis said: {text}"
+        )
+    elif isinstance(exc, redis.exceptions.AuthenticationError | redis.exceptions.AuthorizationError):
+        message = f"Redis at {place} refused the credentials: {kind}: {text}"
+    elif isinstance(exc, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError | OSError):
+        message = f"Redis at {place} is out of reach: {kind}: {text}"
+    else:
+        message = f"Redis at {place} refused the operation: {kind}: {text}"
+    return QueueError("STORE_UNAVAILABLE", secrets.mask(message))

@@ -1,0 +1,60 @@
+"""The Redis store's Lua scripts: loaded from package files, run by EVALSHA with EVAL as the fallback."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from importlib import resources
+from typing import Any
+
+import redis
+import redis.asyncio
+
+#: What a script is given: names and values, as text or as bytes kept as they are.
+Arg = str | bytes | int
+
+
+class LuaScript:
+    """One script of `stores/lua/`, named by the SHA-1 that `EVALSHA` takes.
+
+    Redis forgets scripts on a restart, a failover or `SCRIPT FLUSH`; the first
+    call after that gets `NOSCRIPT` and sends the source with `EVAL`, which runs
+    it and caches it again. No `SCRIPT LOAD`, so an ACL user needs only `EVALSHA`
+    and `EVAL`.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.source = resources.files(__package__).joinpath("lua", f"{name}.lua").read_text(encoding="utf-8")
+        self.sha = hashlib.sha1(self.source.encode("utf-8"), usedforsecurity=False).hexdigest()
+
+    def run(self, client: redis.Redis[bytes], keys: Sequence[str], args: Sequence[Arg]) -> Any:
+        try:
+            return client.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)
+        except redis.exceptions.NoScriptError:
+            return client.execute_command("EVAL", self.source, len(keys), *keys, *args)
+
+    async def arun(self, client: redis.asyncio.Redis[bytes], keys: Sequence[str], args: Sequence[Arg]) -> Any:
+        try:
+            return await client.execute_command(  # type: ignore[no-untyped-call]
+                "EVALSHA", self.sha, len(keys), *keys, *args
+            )
+        except redis.exceptions.NoScriptError:
+            return await client.execute_command(  # type: ignore[no-untyped-call]
+                "EVAL", self.source, len(keys), *keys, *args
+            )
+
+    def __repr__(self) -> str:
+        return f"LuaScript({self.name!r})"
+
+
+SCHEMA = LuaScript("schema")
+ADD = LuaScript("add")
+CLAIM = LuaScript("claim")
+RENEW = LuaScript("renew")
+COMPLETE = LuaScript("complete")
+RESCHEDULE = LuaScript("reschedule")
+CANCEL = LuaScript("cancel")
+PAGE = LuaScript("page")
+
+ALL = (SCHEMA, ADD, CLAIM, RENEW, COMPLETE, RESCHEDULE, CANCEL, PAGE)
