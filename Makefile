@@ -25,5 +25,26 @@ pytest: $(STAMP)
 
 test: lint typecheck pytest
 
+# The example project on SQLite: the site on 127.0.0.1:$(PORT), a worker, and a
+# local SMTP sink on 127.0.0.1:$(SINK_PORT) playing every domain's MX. Ctrl+C stops all.
+PORT ?= 8000
+SINK_PORT ?= 2525
+
+demo: $(STAMP)
+	$(BIN)/python example_project/run_demo.py --port $(PORT) --sink-port $(SINK_PORT)
+
+# `make bench [N=5000] [REPEATS=5] [BENCH_ARGS=...]`: the benchmark against django-mailer and
+# django-post-office (bench/); writes bench/RESULTS.md and bench/results.json. Never part of `make test`.
+PEERS_VENV := bench/.venv-peers
+N ?= 5000
+REPEATS ?= 5
+
+bench: $(STAMP)
+	bash bench/setup.sh
+	test -x $(PEERS_VENV)/bin/python || $(PYTHON) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/python -m pip install --quiet --upgrade "pip>=25.1"
+	$(PEERS_VENV)/bin/python -m pip install --quiet --upgrade -r bench/requirements-peers.txt
+	$(BIN)/python -m bench.run --n $(N) --repeats $(REPEATS) $(BENCH_ARGS)
+
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

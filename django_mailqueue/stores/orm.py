@@ -84,7 +84,7 @@ class OrmStore(QueueStore):
 
     @property
     def supports_wakeup(self) -> bool:  # type: ignore[override]
-        return self._connection.vendor == "postgresql"
+        return self._connection.vendor in ("postgresql", "sqlite")
 
     # --- transactions -------------------------------------------------------------
 
@@ -220,9 +220,12 @@ class OrmStore(QueueStore):
 
     def _insert_postgres(self, conn: BaseDatabaseWrapper, items: Sequence[NewItem], now: datetime,
                          now_us: int) -> builtins.list[QueueItem]:
-        item_rows, item_params = [], []
-        recipient_rows, recipient_params = [], []
-        message_rows, message_params = [], []
+        item_rows: builtins.list[str] = []
+        recipient_rows: builtins.list[str] = []
+        message_rows: builtins.list[str] = []
+        item_params: builtins.list[Any] = []
+        recipient_params: builtins.list[Any] = []
+        message_params: builtins.list[Any] = []
         result = []
         for new in items:
             due = new.not_before if new.not_before is not None and new.not_before > now else now
@@ -521,7 +524,10 @@ class OrmStore(QueueStore):
     # --- waking ---------------------------------------------------------------------
 
     async def await_added(self, timeout: float) -> bool:
-        if self._connection.vendor != "postgresql":
+        vendor = self._connection.vendor
+        if vendor == "sqlite":
+            return await self._await_sqlite_commit(timeout)
+        if vendor != "postgresql":
             return await super().await_added(timeout)
         if self._listener is None:
             from .pg_listen import PgListener
@@ -536,6 +542,26 @@ class OrmStore(QueueStore):
     def close(self) -> None:
         """Stop the store's threads and close their database connections."""
         self._threads.close()
+
+    async def _await_sqlite_commit(self, timeout: float) -> bool:
+        """SQLite has no NOTIFY: watch `PRAGMA data_version`, which changes when another
+        connection (any process on the machine) commits, every 25 ms."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        try:
+            start = await self._in_thread(self._data_version)
+            while loop.time() < deadline:
+                await asyncio.sleep(min(0.025, max(0.0, deadline - loop.time())))
+                if await self._in_thread(self._data_version) != start:
+                    return True
+        except DatabaseError:
+            await asyncio.sleep(max(0.0, deadline - loop.time()))
+        return False
+
+    def _data_version(self) -> int:
+        with self._connection.cursor() as cursor:
+            cursor.execute("PRAGMA data_version")
+            return int(cursor.fetchone()[0])
 
     async def aclose(self) -> None:
         listener, self._listener = self._listener, None

@@ -11,6 +11,7 @@ import pytest
 from django_mailqueue import signals
 from tests.support.certs import test_ca  # noqa: F401  (fixture)
 from tests.support.dns_server import DnsServer, dns_server  # noqa: F401  (fixture)
+from tests.support.redis_server import delete_prefix, unique_prefix
 from tests.support.smtp_server import ServerPool, SmtpServer, smtp_servers  # noqa: F401  (fixture)
 
 SIGNALS = ("delivered", "deferred", "failed", "dsn", "error")
@@ -89,11 +90,23 @@ STORES = {
     "memory": {"BACKEND": "django_mailqueue.stores.memory.MemoryStore"},
     "sqlite": {"BACKEND": "django_mailqueue.stores.orm.OrmStore", "OPTIONS": {"database": "default"}},
     "postgres": {"BACKEND": "django_mailqueue.stores.orm.OrmStore", "OPTIONS": {"database": "pg"}},
+    "redis": {"BACKEND": "django_mailqueue.stores.redis.RedisStore"},
 }
+
+
+@pytest.fixture
+def redis_store_config(redis_url: str) -> Iterator[dict[str, Any]]:
+    """A Redis store of the test's own key prefix, deleted afterwards."""
+    prefix = unique_prefix("worker")
+    yield {"BACKEND": "django_mailqueue.stores.redis.RedisStore", "OPTIONS": {"url": redis_url, "key_prefix": prefix}}
+    delete_prefix(redis_url, prefix)
 
 
 @pytest.fixture(params=list(STORES))
 def store_config(request: pytest.FixtureRequest) -> dict[str, Any]:
     if request.param == "postgres":
         request.getfixturevalue("pg_alias")
+    if request.param == "redis":
+        config: dict[str, Any] = request.getfixturevalue("redis_store_config")
+        return config
     return STORES[request.param]

@@ -17,6 +17,7 @@ from django_mailqueue.clock import SystemClock
 from django_mailqueue.items import NewItem
 from django_mailqueue.stores import QueueStore
 from django_mailqueue.stores.orm import OrmStore
+from django_mailqueue.stores.redis import RedisStore
 from tests.support.databases import DATABASES
 from tests.support.smtp_server import SmtpServer
 from tests.support.workers import WorkerProcess, wait_until
@@ -25,13 +26,18 @@ from tests.worker.conftest import MailWorld
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True, databases=DATABASES)]
 
 
-@pytest.fixture(params=["postgres"])
-def shared_store(request: pytest.FixtureRequest) -> tuple[dict[str, Any], QueueStore]:
+@pytest.fixture(params=["postgres", "redis"])
+def shared_store(request: pytest.FixtureRequest) -> Iterator[tuple[dict[str, Any], QueueStore]]:
     """A store every process reaches: its MAILQUEUE["STORE"] and an instance for the test."""
-    alias = request.getfixturevalue("pg_alias")
-    return {"BACKEND": "django_mailqueue.stores.orm.OrmStore", "OPTIONS": {"database": alias}}, OrmStore(
-        {"database": alias}
-    )
+    if request.param == "redis":
+        config: dict[str, Any] = request.getfixturevalue("redis_store_config")
+        store: QueueStore = RedisStore(config["OPTIONS"])
+    else:
+        alias = request.getfixturevalue("pg_alias")
+        config = {"BACKEND": "django_mailqueue.stores.orm.OrmStore", "OPTIONS": {"database": alias}}
+        store = OrmStore({"database": alias})
+    yield config, store
+    store.close()
 
 
 @pytest.fixture

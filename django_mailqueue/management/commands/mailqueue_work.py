@@ -74,6 +74,11 @@ class Command(BaseCommand):
             once=options["once"],
             history=history,
         )
+        if verbosity >= 1:
+            self.stderr.write(
+                f"mailqueue: worker {worker.owner} on {type(store).__name__}, queues "
+                f"{','.join(worker.queues) if worker.queues else 'all'}, concurrency {worker.concurrency}"
+                + (", once" if worker.once else ""))
         stats = asyncio.run(self._run(worker, verbosity))
         if verbosity >= 1:
             self.stdout.write(

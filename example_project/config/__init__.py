@@ -1,0 +1,1 @@
+"""The example project's Django configuration: settings, URLs, WSGI."""

@@ -1,0 +1,109 @@
+"""Settings of the example project: SQLite, and django_mailqueue set up as a site would set it up.
+
+Every message goes to the local SMTP sink (`manage.py demo_mailsink`), which
+plays the recipients' MX on 127.0.0.1:`DEMO_SINK_PORT` (2525 unless the
+environment says otherwise) — nothing leaves the machine.
+"""
+
+import os
+from pathlib import Path
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+SECRET_KEY = "demo-only-not-secret"
+DEBUG = True
+ALLOWED_HOSTS = ["127.0.0.1", "localhost", "[::1]"]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_mailqueue",
+    "demo",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+WSGI_APPLICATION = "config.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# SQLite: the site, the worker and the sink are three processes writing one
+# file, so wait for the write lock rather than fail (the demo set-up also turns
+# on write-ahead logging, so readers never wait for writers).
+DATABASES = {
+    "default": {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": os.environ.get("DEMO_DATABASE") or BASE_DIR / "db.sqlite3",
+        "OPTIONS": {"timeout": 20},
+    }
+}
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+USE_TZ = True
+TIME_ZONE = "UTC"
+LANGUAGE_CODE = "en-us"
+STATIC_URL = "static/"
+
+# --- the mail queue ---------------------------------------------------------------
+
+DEMO_SINK_PORT = int(os.environ.get("DEMO_SINK_PORT", "2525"))
+
+EMAIL_BACKEND = "django_mailqueue.backends.QueueEmailBackend"
+DEFAULT_FROM_EMAIL = "sender@example.com"
+SERVER_EMAIL = "sender@example.com"
+
+MAILQUEUE = {
+    # The ORM store (the default) on the database above.
+    "STORE": {"BACKEND": "django_mailqueue.stores.orm.OrmStore"},
+    "HOSTNAME": "mail.example.com",
+    # Every domain goes to the sink, in plain text: it stands in for the MX hosts
+    # of example.net (the recipients) and of example.com (where DSNs go back).
+    # A real site keeps the default, {"*": "mx"}, or names its relay here.
+    "ROUTES": {"*": {"HOST": "127.0.0.1", "PORT": DEMO_SINK_PORT, "TLS": "none"}},
+    # Short, so the greylisted address is retried within the demo (the default
+    # starts at 5 minutes).
+    "RETRY_DELAYS": [10, 20, 40],
+    "MAX_LIFETIME": 3600,
+    "DELAY_WARNING": None,
+    # SQLite has no wake-up channel: an idle worker looks every second.
+    "POLL_INTERVAL": 1,
+    "CONCURRENCY": 4,
+}
+
+# One line per outcome from the worker, on the console.
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"short": {"format": "%(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "short"}},
+    "loggers": {
+        "django_mailqueue": {"handlers": ["console"], "level": "INFO"},
+        "demo": {"handlers": ["console"], "level": "INFO"},
+    },
+}
