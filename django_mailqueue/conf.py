@@ -106,6 +106,7 @@ class QueueSettings:
     rcpt_limit: int = 100
     poll_interval: float = 5
     history_days: int = 30
+    max_bytes_in_flight: int = 100 * 1024 * 1024
 
     def route_for(self, domain: str) -> Route:
         """The route for a recipient domain: its own entry, else `"*"`, else MX."""
@@ -466,6 +467,15 @@ KEYS: tuple[SettingKey, ...] = (
         30,
         _number(integer=True, minimum=0, exclusive=False),
         "days delivery history is kept; 0 keeps none",
+    ),
+    SettingKey(
+        "MAX_BYTES_IN_FLIGHT",
+        "max_bytes_in_flight",
+        "mailqueue.E022",
+        100 * 1024 * 1024,
+        _number(integer=True, minimum=1024 * 1024, exclusive=False),
+        "bytes of messages a worker holds at once (each counted twice: read and on the wire); one larger "
+        "message still goes alone",
     ),
 )
 KEYS_BY_NAME = {k.name: k for k in KEYS}

@@ -14,6 +14,7 @@ CODES: dict[str, str] = {
     "INVALID_OPTION": "a setting or a route's option is wrong",
     "STORE_UNAVAILABLE": "the store cannot be reached or refused the operation",
     "DSN_FAILED": "a delivery status notification could not be queued",
+    "INTERNAL": "a bug: an attempt failed unexpectedly; the traceback is in the log",
     "REPLY_LOST": "the reply after the final '.' was lost: the message may have been delivered, and is tried again",
 }
 

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db import DatabaseError
+from django.db import DEFAULT_DB_ALIAS, DatabaseError
 
 from .dbthreads import DatabaseThreads
 from .items import QueueItem, RecipientOutcome, RecipientState
@@ -68,6 +68,12 @@ class History:
 
     async def aclose(self) -> None:
         await asyncio.to_thread(self._threads.close)
+
+
+def history_alias(store: object) -> str:
+    """Where the history lives: the ORM store's database, else "default"."""
+    alias = getattr(store, "alias", None)
+    return alias if isinstance(alias, str) else DEFAULT_DB_ALIAS
 
 
 def prune(*, days: int, now: datetime, batch: int = 5000, alias: str = "default") -> int:

@@ -169,6 +169,16 @@ class Completion:
 
 
 @dataclass(frozen=True, slots=True)
+class CompleteRequest:
+    """One `complete` call, for `complete_many`."""
+
+    item_id: uuid.UUID
+    owner: str
+    revision: int
+    completion: Completion
+
+
+@dataclass(frozen=True, slots=True)
 class ItemQuery:
     """Filters for `list` and `count`; `now` decides due/scheduled/leased."""
 

@@ -31,6 +31,12 @@ class QueuedItem(models.Model):
     class Meta:
         db_table = "mailqueue_item"
         verbose_name = "queued message"
+        # The admin's actions, each its own permission (viewing takes Django's view permission).
+        permissions = [
+            ("send_now_queueditem", "Can send queued messages now"),
+            ("reschedule_queueditem", "Can reschedule queued messages"),
+            ("cancel_queueditem", "Can cancel queued messages"),
+        ]
         indexes = [
             # the claim over all queues, and the admin's default order
             models.Index(fields=["next_attempt", "seq"], name="mailqueue_item_due"),

@@ -39,6 +39,7 @@ BAD_VALUES: dict[str, list[Any]] = {
     "RCPT_LIMIT": [0],
     "POLL_INTERVAL": [0, -1],
     "HISTORY_DAYS": [-1, 2.5],
+    "MAX_BYTES_IN_FLIGHT": [0, 1000, 2.5e6, "big"],
 }
 
 

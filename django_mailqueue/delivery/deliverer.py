@@ -20,7 +20,7 @@ from .resolver import DnsResolver, MailHost, MxResolver, Resolution
 from .smtp import SmtpTransport
 from .tls import RelayContextFactory, mx_context, relay_context
 from .transport import Envelope, SessionReport, Target, TlsPolicy, Transport
-from .wire import END_OF_DATA, dot_stuff, has_8bit, headers_need_smtputf8, normalize_line_endings
+from .wire import dot_stuff, has_8bit, headers_need_smtputf8, normalize_line_endings
 
 logger = logging.getLogger("django_mailqueue.delivery")
 
@@ -207,7 +207,7 @@ class Deliverer:
     async def _message(self, message: bytes) -> _Message:
         def build() -> _Message:
             normalized = normalize_line_endings(message)
-            return _Message(dot_stuff(normalized) + END_OF_DATA, len(normalized),
+            return _Message(dot_stuff(normalized), len(normalized),
                             headers_need_smtputf8(normalized), has_8bit(normalized))
 
         if len(message) > _THREAD_THRESHOLD:

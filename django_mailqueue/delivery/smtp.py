@@ -41,6 +41,7 @@ from ..exceptions import QueueError
 from ..items import RecipientState, Reply
 from . import replies
 from .transport import Envelope, SessionReport, Target
+from .wire import END_OF_DATA
 
 logger = logging.getLogger("django_mailqueue.delivery")
 
@@ -561,10 +562,14 @@ class _Session:
         # so a reply that comes while the message is still being written is not lost.
         protocol._response_pending = True
         try:
+            view = memoryview(data)
             for start in range(0, len(data), DATA_BLOCK_SIZE):
-                protocol.write(data[start:start + DATA_BLOCK_SIZE])
+                protocol.write(view[start:start + DATA_BLOCK_SIZE])  # type: ignore[arg-type]  # any buffer
                 async with asyncio.timeout(timeouts.data_block):
                     await protocol._drain_helper()
+            protocol.write(END_OF_DATA)
+            async with asyncio.timeout(timeouts.data_block):
+                await protocol._drain_helper()
         except TimeoutError:
             self.end(self.own(replies.NO_ANSWER, f"conversation with {label} timed out while sending the message"))
             return

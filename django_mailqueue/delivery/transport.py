@@ -63,7 +63,7 @@ class Envelope:
     sender: str
     #: the recipients as on the wire, without duplicates
     recipients: tuple[str, ...]
-    #: the DATA payload (`wire.to_wire`): CRLF, dot-stuffed, ending with ".\r\n"
+    #: the message as DATA carries it (CRLF, dot-stuffed), without the final ".\r\n" the session adds
     data: bytes
     #: the message size for SIZE (the CRLF-normalised message)
     size: int

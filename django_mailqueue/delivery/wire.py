@@ -27,6 +27,9 @@ def normalize_line_endings(message: bytes) -> bytes:
     dot-stuffing then makes a line holding "..": the receiver reads one
     message with a "." line in it, never the end of the message.
     """
+    crlf = message.count(b"\r\n")
+    if crlf == message.count(b"\n") == message.count(b"\r") and (not message or message.endswith(b"\r\n")):
+        return message  # already CRLF only (what the backend stores): no copy
     text = _LINE_BREAK.sub(b"\r\n", message)
     if text and not text.endswith(b"\r\n"):
         text += b"\r\n"
@@ -35,6 +38,8 @@ def normalize_line_endings(message: bytes) -> bytes:
 
 def dot_stuff(normalized: bytes) -> bytes:
     """Double the dot that starts a line (RFC 5321 §4.5.2); the input must be CRLF-normalised."""
+    if not normalized.startswith(b".") and b"\n." not in normalized:
+        return normalized  # nothing to stuff: no copy
     return _LEADING_DOT.sub(b"..", normalized)
 
 

@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from ..exceptions import QueueError
-from ..items import Completion, ItemQuery, NewItem, QueueItem, RecipientOutcome
+from ..items import CompleteRequest, Completion, ItemQuery, NewItem, QueueItem, RecipientOutcome
 from ..status import QueueSummary
 from ..text import refuse_line_breaks, refuse_unkeepable
 
@@ -46,7 +46,7 @@ class QueueStore(abc.ABC):
     one in a thread, and which a store may implement natively.
     """
 
-    #: The store can wake an idle worker when an item is added (`wait_for_items`).
+    #: The store can wake an idle worker when an item is added (`await_added`).
     supports_wakeup: bool = False
     """True when `await_added()` returns promptly after an add in any process."""
 
@@ -113,6 +113,37 @@ class QueueStore(abc.ABC):
         which case the item and its message are gone from the store — or None
         when no item has that id (cancelled, or finished by another worker).
         """
+
+    def complete_many(self, requests: Sequence[CompleteRequest]) -> builtins.list[QueueItem | None | QueueError]:
+        """`complete` for several items at once: one answer per request, in order.
+
+        Each answer is what `complete` would return for that request, or the
+        `QueueError` it would raise (`LEASE_LOST`, `INVALID`); a store may
+        record them in one transaction or round trip. The default calls
+        `complete` for each.
+        """
+        answers: builtins.list[QueueItem | None | QueueError] = []
+        for request in requests:
+            try:
+                answers.append(self.complete(request.item_id, owner=request.owner, revision=request.revision,
+                                             completion=request.completion))
+            except QueueError as exc:
+                if exc.code not in ("LEASE_LOST", "INVALID"):
+                    raise
+                answers.append(exc)
+        return answers
+
+    def read_messages(self, item_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, bytes]:
+        """The messages of several items, by id; an item gone or whose message is lost is left out.
+
+        The default calls `read_message` for each.
+        """
+        found: dict[uuid.UUID, bytes] = {}
+        for item_id in item_ids:
+            message = self.read_message(item_id)
+            if message is not None:
+                found[item_id] = message
+        return found
 
     @abc.abstractmethod
     def reschedule(self, item_id: uuid.UUID, *, at: datetime, owner: str | None = None) -> bool:
@@ -215,6 +246,12 @@ class QueueStore(abc.ABC):
 
     async def aget(self, item_id: uuid.UUID) -> QueueItem | None:
         return await self._in_thread(self.get, item_id)
+
+    async def acomplete_many(self, requests: Sequence[CompleteRequest]) -> builtins.list[QueueItem | None | QueueError]:
+        return await self._in_thread(self.complete_many, requests)
+
+    async def aread_messages(self, item_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, bytes]:
+        return await self._in_thread(self.read_messages, item_ids)
 
     async def aread_message(self, item_id: uuid.UUID) -> bytes | None:
         return await self._in_thread(self.read_message, item_id)

@@ -20,6 +20,7 @@ from ..clock import from_micros, to_micros
 from ..dbthreads import DatabaseThreads
 from ..exceptions import QueueError
 from ..items import (
+    CompleteRequest,
     Completion,
     ItemQuery,
     ItemState,
@@ -63,6 +64,8 @@ class OrmStore(QueueStore):
         super().__init__(options, max_items=max_items)
         self.alias: str = str(self.options.get("database", "default"))
         self._listener: PgListener | None = None
+        #: adds made through this store object (any thread), for the SQLite wake-up
+        self._adds = 0
         self._threads = DatabaseThreads(int(self.options.get("threads", 4)), "mailqueue-orm")
 
     @classmethod
@@ -124,15 +127,6 @@ class OrmStore(QueueStore):
         except DatabaseError as exc:
             raise _unavailable(exc) from exc
 
-    def _lock_item(self, conn: BaseDatabaseWrapper, item_id: uuid.UUID) -> QueuedItem | None:
-        """Lock an item's row for the rest of the transaction and read it."""
-        if conn.vendor == "sqlite":
-            # Start with a write so SQLite takes its write lock now, not at a later
-            # upgrade that could fail at once with SQLITE_BUSY.
-            QueuedItem.objects.using(self.alias).filter(id=item_id).update(revision=F("revision"))
-            return QueuedItem.objects.using(self.alias).filter(id=item_id).first()
-        return QueuedItem.objects.using(self.alias).select_for_update().filter(id=item_id).first()
-
     # --- writing ------------------------------------------------------------------
 
     def add_many(self, items: Sequence[NewItem], *, now: datetime) -> builtins.list[QueueItem]:
@@ -141,6 +135,7 @@ class OrmStore(QueueStore):
         if not items:
             return []
         now_us = to_micros(now)
+        self._adds += 1
         conn = self._connection
         if conn.vendor == "postgresql" and self.max_items is None:
             return self._add_postgres(conn, items, now, now_us)
@@ -347,46 +342,79 @@ class OrmStore(QueueStore):
         return [item_id for item_id in ids if item_id in held]
 
     def complete(self, item_id: uuid.UUID, *, owner: str, revision: int, completion: Completion) -> QueueItem | None:
-        check_owner(owner)
-        check_completion(completion)
+        (answer,) = self.complete_many([CompleteRequest(item_id, owner, revision, completion)])
+        if isinstance(answer, QueueError):
+            raise answer
+        return answer
+
+    def complete_many(self, requests: Sequence[CompleteRequest]) -> builtins.list[QueueItem | None | QueueError]:
+        """Every request in one transaction: the rows locked, read, and written back in a
+        handful of statements whatever the number of items."""
+        answers: builtins.list[QueueItem | None | QueueError] = []
+        for request in requests:
+            check_owner(request.owner)
+            check_completion(request.completion)
+        if not requests:
+            return answers
         with self._write() as conn:
-            row = self._lock_item(conn, item_id)
-            if row is None:
-                return None
-            if row.owner != owner or row.revision != revision:
-                raise QueueError("LEASE_LOST", f"the lease on {item_id} is no longer held by {owner}", item_id=item_id)
-            recipient_rows = list(
-                QueuedRecipient.objects.using(self.alias).filter(item_id=row.seq).order_by("position")
-            )
-            before = _to_item(row, recipient_rows)
-            after = apply_completion(before, completion)
-            changed = []
-            for rec_row, old, new in zip(recipient_rows, before.recipients, after.recipients, strict=True):
-                if new != old:
-                    _fill_recipient(rec_row, new)
-                    changed.append(rec_row)
-            if after.done:
-                self._drop(row.seq)
-                return after
+            rows = {row.id: row for row in self._lock_items(conn, [r.item_id for r in requests])}
+            recipients: dict[int, builtins.list[QueuedRecipient]] = {row.seq: [] for row in rows.values()}
+            if rows:
+                for rec in (QueuedRecipient.objects.using(self.alias).filter(item_id__in=list(recipients))
+                            .order_by("item_id", "position")):
+                    recipients[rec.item_id].append(rec)
+            dropped: builtins.list[int] = []
+            changed: builtins.list[QueuedRecipient] = []
+            kept: builtins.list[QueuedItem] = []
+            for request in requests:
+                row = rows.get(request.item_id)
+                if row is None:
+                    answers.append(None)
+                    continue
+                if row.owner != request.owner or row.revision != request.revision:
+                    answers.append(QueueError("LEASE_LOST", f"the lease on {request.item_id} is no longer held by "
+                                              f"{request.owner}", item_id=request.item_id))
+                    continue
+                before = _to_item(row, recipients[row.seq])
+                after = apply_completion(before, request.completion)
+                answers.append(after)
+                row.revision = after.revision  # a second request for the same item in the batch is stale
+                if after.done:
+                    dropped.append(row.seq)
+                    continue
+                for rec_row, old, new in zip(recipients[row.seq], before.recipients, after.recipients, strict=True):
+                    if new != old:
+                        _fill_recipient(rec_row, new)
+                        changed.append(rec_row)
+                row.attempts, row.next_attempt = after.attempts, to_micros(after.next_attempt)
+                row.owner, row.lease_expires, row.reclaims = None, None, 0
+                row.delay_warned = after.delay_warned
+                kept.append(row)
+            if dropped:
+                self._drop(dropped)
             if changed:
                 QueuedRecipient.objects.using(self.alias).bulk_update(
-                    changed, ["state", "reply_code", "reply_status", "reply_text", "remote_mta"]
-                )
-            QueuedItem.objects.using(self.alias).filter(seq=row.seq).update(
-                attempts=after.attempts,
-                next_attempt=to_micros(after.next_attempt),
-                owner=None,
-                lease_expires=None,
-                revision=after.revision,
-                reclaims=0,
-                delay_warned=after.delay_warned,
-            )
-            return after
+                    changed, ["state", "reply_code", "reply_status", "reply_text", "remote_mta"])
+            if kept:
+                QueuedItem.objects.using(self.alias).bulk_update(
+                    kept, ["attempts", "next_attempt", "owner", "lease_expires", "revision", "reclaims",
+                           "delay_warned"])
+        return answers
 
-    def _drop(self, seq: int) -> None:
-        QueuedMessage.objects.using(self.alias).filter(item_id=seq)._raw_delete(self.alias)
-        QueuedRecipient.objects.using(self.alias).filter(item_id=seq)._raw_delete(self.alias)
-        QueuedItem.objects.using(self.alias).filter(seq=seq)._raw_delete(self.alias)
+    def _lock_items(self, conn: BaseDatabaseWrapper, item_ids: Sequence[uuid.UUID]) -> builtins.list[QueuedItem]:
+        """Lock items' rows for the rest of the transaction and read them."""
+        items = QueuedItem.objects.using(self.alias).filter(id__in=list(item_ids))
+        if conn.vendor == "sqlite":
+            # Start with a write so SQLite takes its write lock now, not at a later
+            # upgrade that could fail at once with SQLITE_BUSY.
+            items.update(revision=F("revision"))
+            return list(items)
+        return list(items.select_for_update())
+
+    def _drop(self, seqs: Sequence[int]) -> None:
+        QueuedMessage.objects.using(self.alias).filter(item_id__in=seqs)._raw_delete(self.alias)
+        QueuedRecipient.objects.using(self.alias).filter(item_id__in=seqs)._raw_delete(self.alias)
+        QueuedItem.objects.using(self.alias).filter(seq__in=seqs)._raw_delete(self.alias)
 
     def reschedule(self, item_id: uuid.UUID, *, at: datetime, owner: str | None = None) -> bool:
         if owner is not None:
@@ -401,11 +429,12 @@ class OrmStore(QueueStore):
 
     def cancel(self, item_id: uuid.UUID) -> QueueItem | None:
         with self._write() as conn:
-            row = self._lock_item(conn, item_id)
-            if row is None:
+            locked = self._lock_items(conn, [item_id])
+            if not locked:
                 return None
+            row = locked[0]
             item = _to_item(row, list(QueuedRecipient.objects.using(self.alias).filter(item_id=row.seq)))
-            self._drop(row.seq)
+            self._drop([row.seq])
             return item
 
     # --- reading ------------------------------------------------------------------
@@ -426,6 +455,12 @@ class OrmStore(QueueStore):
             ):
                 recipients[rec.item_id].append(rec)
         return [(row.seq, _to_item(row, recipients[row.seq])) for row in items]
+
+    def read_messages(self, item_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, bytes]:
+        with self._read():
+            rows = (QueuedMessage.objects.using(self.alias).filter(item__id__in=list(item_ids))
+                    .values_list("item__id", "data"))
+            return {item_id: bytes(data) for item_id, data in rows}
 
     def read_message(self, item_id: uuid.UUID) -> bytes | None:
         with self._read():
@@ -548,11 +583,12 @@ class OrmStore(QueueStore):
         connection (any process on the machine) commits, every 25 ms."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
+        added = self._adds  # adds by this process: data_version ignores a connection's own commits
         try:
             start = await self._in_thread(self._data_version)
             while loop.time() < deadline:
                 await asyncio.sleep(min(0.025, max(0.0, deadline - loop.time())))
-                if await self._in_thread(self._data_version) != start:
+                if self._adds != added or await self._in_thread(self._data_version) != start:
                     return True
         except DatabaseError:
             await asyncio.sleep(max(0.0, deadline - loop.time()))

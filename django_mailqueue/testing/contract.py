@@ -17,6 +17,7 @@ the default closes Django's database connections.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import uuid
 from collections.abc import Callable, Sequence
@@ -28,6 +29,7 @@ import pytest
 
 from ..exceptions import QueueError
 from ..items import (
+    CompleteRequest,
     Completion,
     ItemQuery,
     ItemState,
@@ -444,6 +446,87 @@ class QueueStoreContract:
             completion=Completion((outcome("rcpt@example.org", RecipientState.PENDING, LATER),), next_attempt=at(20)),
         )
         assert recorded is not None and recorded.reclaims == 0
+
+    def test_complete_many_answers_each_request_in_order(self, store: QueueStore) -> None:
+        store.add_many([new_item(["a@x.org"]), new_item(["b@x.org"]), new_item(["c@x.org", "d@x.org"])], now=T0)
+        first, second, third = store.claim(owner="w1", now=T0, lease_expires=at(60), limit=3)
+        ghost = uuid.uuid4()
+        answers = store.complete_many([
+            CompleteRequest(first.id, "w1", first.revision, Completion(
+                (outcome("a@x.org", RecipientState.DELIVERED),), next_attempt=at(5))),
+            CompleteRequest(second.id, "intruder", second.revision, Completion(
+                (outcome("b@x.org", RecipientState.DELIVERED),), next_attempt=at(5))),
+            CompleteRequest(ghost, "w1", 1, Completion((), next_attempt=at(5))),
+            CompleteRequest(third.id, "w1", third.revision, Completion(
+                (outcome("c@x.org", RecipientState.FAILED, NO), outcome("d@x.org", RecipientState.PENDING, LATER)),
+                next_attempt=at(300))),
+        ])
+        assert len(answers) == 4
+        done, refused, gone, deferred = answers
+        assert isinstance(done, QueueItem) and done.done and store.get(first.id) is None
+        assert isinstance(refused, QueueError) and refused.code == "LEASE_LOST"
+        held = store.get(second.id)
+        assert held is not None and held.owner == "w1" and held.recipients[0].state is RecipientState.PENDING
+        assert gone is None
+        assert isinstance(deferred, QueueItem) and not deferred.done
+        assert store.get(third.id) == deferred
+        assert [r.state for r in deferred.recipients] == [RecipientState.FAILED, RecipientState.PENDING]
+        assert deferred.next_attempt == at(300) and deferred.owner is None and deferred.attempts == 1
+        assert store.complete_many([]) == []
+
+    def test_read_messages_gives_what_is_there(self, store: QueueStore) -> None:
+        one = store.add(new_item(message=b"one\x00\xff"), now=T0)
+        two = store.add(new_item(message=b"two"), now=T0)
+        lost = store.add(new_item(message=b"lost"), now=T0)
+        self.lose_message(store, lost.id)
+        found = store.read_messages([one.id, two.id, lost.id, uuid.uuid4()])
+        assert found == {one.id: b"one\x00\xff", two.id: b"two"}
+
+    # --- the async twins ---------------------------------------------------------------
+
+    @pytest.mark.asyncio
+    async def test_the_async_twins_keep_the_same_promises(self, store: QueueStore) -> None:
+        try:
+            added = await store.aadd_many([new_item(["a@x.org"], message=b"one"), new_item(["b@x.org"])], now=T0)
+            single = await store.aadd(new_item(["c@x.org"]), now=at(1))
+            assert await store.acount() == 3
+            assert await store.aget(single.id) == single
+            assert await store.aread_message(added[0].id) == b"one"
+            claimed = await store.aclaim(owner="w", now=at(2), lease_expires=at(60), limit=5)
+            assert [i.id for i in claimed] == [added[0].id, added[1].id, single.id]
+            assert await store.arenew([claimed[0].id], owner="w", lease_expires=at(90)) == [claimed[0].id]
+            assert set(await store.aread_messages([i.id for i in claimed])) == {i.id for i in claimed}
+            first, second, third = claimed
+            answers = await store.acomplete_many([
+                CompleteRequest(first.id, "w", first.revision, Completion(
+                    (outcome("a@x.org", RecipientState.DELIVERED),), next_attempt=at(5))),
+                CompleteRequest(second.id, "w", second.revision, Completion(
+                    (outcome("b@x.org", RecipientState.PENDING, LATER),), next_attempt=at(500))),
+            ])
+            assert isinstance(answers[0], QueueItem) and answers[0].done
+            assert isinstance(answers[1], QueueItem) and answers[1].next_attempt == at(500)
+            recorded = await store.acomplete(third.id, owner="w", revision=third.revision, completion=Completion(
+                (outcome("c@x.org", RecipientState.PENDING, LATER),), next_attempt=at(600)))
+            assert recorded is not None and recorded.attempts == 1
+            assert await store.areschedule(third.id, at=at(3)) is True
+            assert [i.id for i in await store.alist(ItemQuery(queue="default"))] == [third.id, second.id]
+            cancelled = await store.acancel(second.id)
+            assert cancelled is not None and await store.aget(second.id) is None
+        finally:
+            await store.aclose()
+
+    @pytest.mark.asyncio
+    async def test_an_idle_waiter_hears_an_add(self, store: QueueStore) -> None:
+        if not store.supports_wakeup:
+            pytest.skip(f"{type(store).__name__} does not wake idle workers; they poll")
+        try:
+            await store.await_added(0.05)  # set up whatever the store listens with
+            waiter = asyncio.ensure_future(store.await_added(10))
+            await asyncio.sleep(0.2)
+            await store.aadd(new_item(), now=T0)
+            assert await asyncio.wait_for(waiter, 10) is True
+        finally:
+            await store.aclose()
 
     # --- reschedule and cancel ---------------------------------------------------------
 

@@ -20,8 +20,9 @@ from ..clock import Clock, SystemClock
 from ..conf import QueueSettings
 from ..exceptions import QueueError
 from ..history import History, HistoryEntry
-from ..items import Completion, QueueItem, Recipient, RecipientOutcome, RecipientState, Reply
+from ..items import CompleteRequest, Completion, QueueItem, Recipient, RecipientOutcome, RecipientState, Reply
 from ..stores.base import QueueStore
+from .batching import Batcher
 from .dsn import DsnKind, DsnReport, build_dsn, original_header_block
 from .events import Event, tell
 from .retries import delay_warning_due, expired, next_attempt_after, retry_until
@@ -47,6 +48,17 @@ class _Attempt:
     item: QueueItem
     task: asyncio.Task[None] | None = None
     lost: bool = False
+    #: the message, when it was read with the claim (small messages are)
+    message: bytes | None = None
+    prefetched: bool = False
+    #: bytes counted against MAX_BYTES_IN_FLIGHT while the attempt runs
+    cost: int = 0
+    #: when the lease ends, as last claimed or renewed
+    lease_expires: datetime | None = None
+
+
+#: Messages up to this size are read in one call right after the claim; larger ones when their attempt starts.
+PREFETCH_SIZE = 256 * 1024
 
 
 @dataclass
@@ -113,6 +125,10 @@ class Worker:
         self._waiting: deque[_Attempt] = deque()
         self._running: set[asyncio.Task[None]] = set()
         self._wake: asyncio.Task[bool] | None = None
+        self._bytes_in_flight = 0
+        self._completions: Batcher[CompleteRequest, QueueItem | None | QueueError] = Batcher(
+            self.store.acomplete_many, limit=100)
+        self._history: Batcher[HistoryEntry, None] = Batcher(self._write_history, limit=500)
 
     @property
     def lease(self) -> timedelta:
@@ -132,6 +148,8 @@ class Worker:
             await self._give_back()
             if self._running:
                 await asyncio.gather(*self._running, return_exceptions=True)
+            await self._completions.close()
+            await self._history.close()
             renewer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await renewer
@@ -154,8 +172,8 @@ class Worker:
                 self._start_waiting()
             if claimed:
                 continue
-            if self.once and not self._held:
-                return
+            if self.once and not self._held and not self._running:
+                return  # an attempt still telling or queueing a DSN may add due mail
             await self._idle(room > 0)
 
     async def _claim(self, room: int) -> list[QueueItem]:
@@ -168,18 +186,36 @@ class Worker:
             await self._error(exc, None)
             await self._sleep(min(5.0, self.settings.poll_interval))
             return []
-        for item in claimed:
+        attempts = [_Attempt(item) for item in claimed]
+        for attempt in attempts:
             self.stats.claimed += 1
-            attempt = _Attempt(item)
-            self._held[item.id] = attempt
+            self._held[attempt.item.id] = attempt
             self._waiting.append(attempt)
+        small = [a for a in attempts if a.item.size <= PREFETCH_SIZE]
+        if small:
+            try:
+                found = await self.store.aread_messages([a.item.id for a in small])
+            except QueueError as exc:
+                await self._error(exc, None)
+            else:
+                for attempt in small:
+                    attempt.message, attempt.prefetched = found.get(attempt.item.id), True
         return claimed
 
     def _start_waiting(self) -> None:
         while self._waiting and len(self._running) < self.concurrency and not self._stopping.is_set():
-            attempt = self._waiting.popleft()
+            attempt = self._waiting[0]
             if attempt.lost:
+                self._waiting.popleft()
                 continue
+            # Each message counts twice (as read, and as written to the socket); one that is
+            # larger than the whole budget still goes, alone.
+            cost = 2 * attempt.item.size
+            if self._bytes_in_flight and self._bytes_in_flight + cost > self.settings.max_bytes_in_flight:
+                break
+            self._waiting.popleft()
+            attempt.cost = cost
+            self._bytes_in_flight += cost
             task = asyncio.create_task(self._attempt(attempt), name=f"mailqueue-attempt-{attempt.item.id}")
             attempt.task = task
             self._running.add(task)
@@ -224,12 +260,15 @@ class Worker:
             if not ids:
                 continue
             try:
-                held = set(await self.store.arenew(ids, owner=self.owner, lease_expires=self.clock.now() + self.lease))
+                expires = self.clock.now() + self.lease
+                held = set(await self.store.arenew(ids, owner=self.owner, lease_expires=expires))
             except QueueError as exc:
                 await self._error(exc, None)
                 continue
             for item_id in ids:
                 attempt = self._held.get(item_id)
+                if item_id in held and attempt is not None:
+                    attempt.lease_expires = expires
                 if item_id not in held and attempt is not None and not attempt.lost:
                     await self._lose(attempt, "its lease was not renewed: another worker holds it, or it is gone")
 
@@ -260,11 +299,14 @@ class Worker:
         except Exception as exc:  # noqa: BLE001 - one item's bug must not stop the worker
             logger.exception("the attempt on %s failed unexpectedly", item.id)
             await self._error(
-                QueueError("STORE_UNAVAILABLE", f"the attempt on {item.id} failed: {type(exc).__name__}"), item.id
+                QueueError("INTERNAL", f"the attempt on {item.id} failed: {type(exc).__name__} (see the log)"),
+                item.id,
             )
         finally:
             if self._held.get(item.id) is attempt:
                 del self._held[item.id]
+            self._bytes_in_flight -= attempt.cost
+            attempt.cost, attempt.message = 0, None
 
     async def _deliver_item(self, attempt: _Attempt) -> None:
         item = attempt.item
@@ -272,17 +314,14 @@ class Worker:
         if not pending:
             return
         if item.reclaims > self.settings.max_reclaims:
-            reply = Reply(
-                None,
-                "5.4.0",
-                f"the item was reclaimed {item.reclaims} times without an outcome: each attempt lost its worker",
-            )
+            reply = Reply(None, "5.4.0", f"the item was reclaimed {item.reclaims} times without an outcome: "
+                                         "each attempt lost its worker")
             outcomes = tuple(RecipientOutcome(r.address, RecipientState.FAILED, reply) for r in pending)
-            await self._record(
-                attempt, outcomes, possibly_delivered=frozenset(), errors=(), original=None, message_lost=False
-            )
+            original = attempt.message if attempt.prefetched else await self.store.aread_message(item.id)
+            await self._record(attempt, outcomes, possibly_delivered=frozenset(), errors=(), original=original,
+                               message_lost=False)
             return
-        message = await self.store.aread_message(item.id)
+        message = attempt.message if attempt.prefetched else await self.store.aread_message(item.id)
         if message is None:
             if await self.store.aget(item.id) is None:
                 return  # cancelled, or finished by another worker: nothing to do
@@ -331,9 +370,10 @@ class Worker:
         if attempt.lost:
             return
         try:
-            recorded = await self.store.acomplete(
-                item.id, owner=self.owner, revision=item.revision, completion=completion
-            )
+            answer = await self._completions.submit(CompleteRequest(item.id, self.owner, item.revision, completion))
+            if isinstance(answer, QueueError):
+                raise answer
+            recorded = answer
         except QueueError as exc:
             if exc.code == "LEASE_LOST":
                 self.stats.leases_lost += 1
@@ -342,7 +382,7 @@ class Worker:
         self._held.pop(item.id, None)
         told_dsn = True
         if recorded is None:
-            lease = item.lease_expires
+            lease = attempt.lease_expires or item.lease_expires
             if lease is None or lease <= now:
                 self.stats.leases_lost += 1
                 await self._error(
@@ -416,7 +456,7 @@ class Worker:
                 events.append((signals.deferred, {**kwargs, "next_attempt": next_attempt}))
                 delayed.append(Recipient(recipient.address, decided.state, decided.reply, decided.remote_mta))
         if self.history is not None:
-            await self.history.arecord(
+            self._history.post(
                 [
                     HistoryEntry(
                         item=item,
@@ -436,6 +476,11 @@ class Worker:
             await self._send_dsn("failed", item, newly_failed, now, headers)
         if warn and delayed:
             await self._send_dsn("delayed", item, delayed, now, headers)
+
+    async def _write_history(self, entries: list[HistoryEntry]) -> list[None]:
+        if self.history is not None:
+            await self.history.arecord(entries)
+        return [None] * len(entries)
 
     async def _send_dsn(
         self, kind: DsnKind, item: QueueItem, recipients: Sequence[Recipient], now: datetime, headers: bytes | None

@@ -91,7 +91,7 @@ MAILQUEUE = {
     "RETRY_DELAYS": [10, 20, 40],
     "MAX_LIFETIME": 3600,
     "DELAY_WARNING": None,
-    # SQLite has no wake-up channel: an idle worker looks every second.
+    # An idle worker on SQLite wakes within ~25 ms of an add (PRAGMA data_version); the poll is the fallback.
     "POLL_INTERVAL": 1,
     "CONCURRENCY": 4,
 }

@@ -147,7 +147,7 @@ async def test_deliverer_runs_on_an_injected_transport_resolver_and_clock() -> N
     ]
     assert [t.address for t in transport.targets] == ["192.0.2.10", "192.0.2.11"]
     assert transport.envelopes[-1].recipients == ("a@one.test", "bounce@one.test")
-    assert transport.envelopes[-1].data == b"Subject: x\r\n\r\nhi\r\n.\r\n"
+    assert transport.envelopes[-1].data == b"Subject: x\r\n\r\nhi\r\n"
     assert [e.code for e in result.errors] == ["INVALID_OPTION"]
     assert result.started == result.finished == clock.now()
     assert sorted(resolver.asked) == ["gone.test", "one.test"]

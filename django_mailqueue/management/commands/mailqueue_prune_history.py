@@ -6,11 +6,11 @@ import argparse
 from typing import Any
 
 from django.core.management.base import BaseCommand
-from django.db import DEFAULT_DB_ALIAS
 
 from ...clock import SystemClock
 from ...conf import get_settings
-from ...history import prune
+from ...history import history_alias, prune
+from ...stores import get_store
 
 
 class Command(BaseCommand):
@@ -19,9 +19,11 @@ class Command(BaseCommand):
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--days", type=int, default=None, help="keep this many days instead of HISTORY_DAYS")
         parser.add_argument("--batch", type=int, default=5000, help="rows deleted per statement (default 5000)")
-        parser.add_argument("--database", default=DEFAULT_DB_ALIAS, help="the database holding the history")
+        parser.add_argument("--database", default=None,
+                            help="the database holding the history (default: the ORM store's, else 'default')")
 
     def handle(self, *args: Any, **options: Any) -> None:
         days = options["days"] if options["days"] is not None else get_settings().history_days
-        removed = prune(days=days, now=SystemClock().now(), batch=max(1, options["batch"]), alias=options["database"])
+        alias = options["database"] or history_alias(get_store())
+        removed = prune(days=days, now=SystemClock().now(), batch=max(1, options["batch"]), alias=alias)
         self.stdout.write(f"mailqueue: {removed} history records older than {days} days deleted")

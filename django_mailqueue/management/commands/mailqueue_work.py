@@ -11,11 +11,10 @@ import sys
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
-from django.db import DEFAULT_DB_ALIAS
 
 from ...conf import get_settings
 from ...exceptions import QueueError
-from ...history import History
+from ...history import History, history_alias
 from ...stores import get_store
 from ...worker import Worker
 from ...worker.engine import WorkerStats
@@ -61,10 +60,15 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
         verbosity = int(options["verbosity"])
         if verbosity >= 2:
-            logging.getLogger("django_mailqueue").setLevel(logging.DEBUG if verbosity >= 3 else logging.INFO)
+            package_logger = logging.getLogger("django_mailqueue")
+            package_logger.setLevel(logging.DEBUG if verbosity >= 3 else logging.INFO)
+            if not package_logger.hasHandlers():
+                handler = logging.StreamHandler(sys.stderr)
+                handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+                package_logger.addHandler(handler)
         history = None
         if settings.history_days > 0:
-            history = History(getattr(store, "alias", None) or DEFAULT_DB_ALIAS)
+            history = History(history_alias(store))
         worker = Worker(
             store=store,
             settings=settings,

@@ -1,0 +1,72 @@
+"""Small Selenium helpers for the admin's browser tests: log in, submit and wait, read the list."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.remote.webelement import WebElement
+from selenium.webdriver.support import expected_conditions
+from selenium.webdriver.support.ui import WebDriverWait
+
+TIMEOUT = 15
+
+
+def wait_for_new_page(browser: WebDriver, click: WebElement) -> None:
+    """Click `click` and wait until the page it leads to has replaced this one."""
+    old = browser.find_element(By.TAG_NAME, "html")
+    click.click()
+    WebDriverWait(browser, TIMEOUT, poll_frequency=0.02).until(expected_conditions.staleness_of(old))
+    WebDriverWait(browser, TIMEOUT, poll_frequency=0.02).until(
+        lambda b: b.execute_script("return document.readyState") == "complete"
+    )
+
+
+def open_page(browser: WebDriver, url: str) -> None:
+    browser.get(url)
+    WebDriverWait(browser, TIMEOUT, poll_frequency=0.02).until(
+        lambda b: b.execute_script("return document.readyState") == "complete"
+    )
+
+
+def log_in(browser: WebDriver, base_url: str, username: str, password: str, next_path: str) -> None:
+    browser.delete_all_cookies()
+    open_page(browser, f"{base_url}/admin/login/?next={next_path}")
+    browser.find_element(By.ID, "id_username").send_keys(username)
+    browser.find_element(By.ID, "id_password").send_keys(password)
+    wait_for_new_page(browser, browser.find_element(By.CSS_SELECTOR, "input[type=submit]"))
+    assert next_path in browser.current_url, browser.current_url
+
+
+def listed(browser: WebDriver) -> set[str]:
+    """The item ids the list page shows."""
+    return {row.get_attribute("data-item") or "" for row in browser.find_elements(By.CSS_SELECTOR, "tr[data-item]")}
+
+
+def messages(browser: WebDriver) -> list[str]:
+    return [li.text for li in browser.find_elements(By.CSS_SELECTOR, "ul.messagelist li")]
+
+
+def screenshot(browser: WebDriver, path: Any, *, width: int = 1440, max_height: int = 3000) -> None:
+    """A PNG of the page's content, the admin's navigation sidebar folded away (then unfolded again)."""
+    toggle = browser.find_elements("id", "toggle-nav-sidebar")
+    folded = (
+        bool(toggle)
+        and toggle[0].is_displayed()
+        and bool(browser.execute_script("return document.getElementById('main').classList.contains('shifted')"))
+    )
+    if folded:
+        toggle[0].click()
+    browser.set_window_size(width, 3000)
+    bottom = browser.execute_script(
+        "const c = document.getElementById('content') || document.body;"
+        "return Math.ceil(c.getBoundingClientRect().bottom + window.scrollY);"
+    )
+    browser.set_window_size(width, min(max(int(bottom) + 40, 500), max_height))
+    try:
+        browser.save_screenshot(str(path))
+    finally:
+        browser.set_window_size(1400, 1000)
+        if folded:
+            browser.find_element("id", "toggle-nav-sidebar").click()

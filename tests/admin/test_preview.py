@@ -1,0 +1,199 @@
+"""The message preview runs nothing and fetches nothing: sanitized HTML in a sandboxed, CSP-locked iframe."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+
+from django_mailqueue import preview
+from django_mailqueue.preview import PREVIEW_CSP, preview_message, sanitize_html
+from django_mailqueue.stores import get_store
+from tests.admin.conftest import ORM_STORE, PASSWORD
+from tests.admin.queue_data import new_item
+
+PIXEL = bytes.fromhex(
+    "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+    "1f15c4890000000d49444154789c6360000002000154a24f5f0000000049454e44ae426082"
+)
+
+
+class RemoteContent:
+    """A loopback HTTP server standing for the internet: it records every request it gets."""
+
+    def __init__(self) -> None:
+        self.requests: list[str] = []
+        recorder = self.requests
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                recorder.append(self.path)
+                self.send_response(200)
+                self.send_header("Content-Type", "image/png")
+                self.send_header("Content-Length", str(len(PIXEL)))
+                self.end_headers()
+                self.wfile.write(PIXEL)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(5)
+
+
+@pytest.fixture
+def remote() -> Iterator[RemoteContent]:
+    server = RemoteContent()
+    yield server
+    server.close()
+
+
+def hostile_html(remote: str) -> str:
+    """Every way we know for an email's HTML to run code or fetch something."""
+    return f"""<html><head>
+<meta http-equiv="refresh" content="0;url={remote}/meta-refresh">
+<link rel="stylesheet" href="{remote}/link.css">
+<style>@import url({remote}/import.css); body {{ background: url({remote}/background.png); }}</style>
+<script>window.mqRan = "script"; document.title = "pwned"; new Image().src = "{remote}/from-script";</script>
+<base href="{remote}/base/">
+</head><body onload="window.mqRan = 'onload'">
+<p id="greeting">Hello from the newsletter</p>
+<img src="{remote}/remote-image.png" alt="tracker">
+<img src="x" onerror="window.mqRan = 'onerror'; new Image().src = '{remote}/onerror'">
+<div style="background-image: url({remote}/inline-style.png)">styled</div>
+<iframe src="{remote}/iframe"></iframe>
+<object data="{remote}/object"></object>
+<svg><image href="{remote}/svg-image.png"/><script>window.mqRan = "svg"</script></svg>
+<form action="{remote}/form"><input name="q"><button>go</button></form>
+<a href="javascript:window.mqRan='link'">a link</a>
+<video src="{remote}/video.mp4" autoplay></video>
+<picture><source srcset="{remote}/srcset.png"><img srcset="{remote}/srcset2.png 1x"></picture>
+</body></html>"""
+
+
+def test_the_sanitizer_keeps_text_and_layout_and_drops_everything_active() -> None:
+    cleaned = sanitize_html(hostile_html("http://remote.test"))
+    assert "Hello from the newsletter" in cleaned and "<p>" in cleaned and "styled" in cleaned
+    lowered = cleaned.lower()
+    for gone in (
+        "<script",
+        "onload",
+        "onerror",
+        "<iframe",
+        "<object",
+        "<svg",
+        "<form",
+        "<link",
+        "<meta",
+        "<base",
+        "url(",
+        "@import",
+        "<video",
+        "srcset",
+        ' src="http',
+        " href=",
+    ):
+        assert gone not in lowered, gone
+    assert 'data-blocked-src="http://remote.test/remote-image.png"' in cleaned
+    assert (
+        sanitize_html('<img src="data:image/png;base64,iVBORw0KGgo=">')
+        == '<img src="data:image/png;base64,iVBORw0KGgo=">'
+    )
+    assert sanitize_html("<p>1 &lt; 2 &amp; <b>bold</b>") == "<p>1 &lt; 2 &amp; <b>bold</b></p>"
+    assert sanitize_html('<td title="&quot;><script>">x</td>') == '<td title="&quot;&gt;&lt;script&gt;">x</td>'
+    assert sanitize_html("<style>p{color:red}</style></style><script>x</script>") == "<style>p{color:red}</style>"
+
+
+def test_the_preview_reads_headers_parts_and_attachments() -> None:
+    item = new_item(
+        "Ünïcode subject",
+        "alice@origin.test",
+        ["bob@dest.test"],
+        html="<p>Hi</p><script>x()</script>",
+        attachments=[("report.csv", b"a,b\n1,2\n", "text/csv"), ("photo.png", PIXEL, "image/png")],
+        body="Plain text body\n",
+    )
+    seen = preview_message(item.message)
+    assert ("Subject", "Ünïcode subject") in seen.headers
+    assert seen.text == "Plain text body\n"
+    assert seen.html == "<p>Hi</p>" and seen.html_source is not None and "<script>" in seen.html_source
+    assert [(a.filename, a.content_type, a.size) for a in seen.attachments] == [
+        ("report.csv", "text/csv", 10),  # as sent: CRLF line endings
+        ("photo.png", "image/png", len(PIXEL)),
+    ]
+    assert seen.srcdoc is not None and seen.srcdoc.startswith(
+        f'<!DOCTYPE html><html><head><meta http-equiv="Content-Security-Policy" content="{PREVIEW_CSP}">'
+    )
+
+
+def test_a_broken_message_still_previews() -> None:
+    seen = preview_message(
+        b"Subject: =?bogus?Q?x?=\r\nContent-Type: text/plain; charset=no-such-charset\r\n\r\nbody \xff\r\n"
+    )
+    assert seen.text is not None and "body" in seen.text
+    assert seen.problems
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
+@pytest.mark.parametrize("layers", ["all", "sandbox-and-csp-only"])
+def test_in_the_browser_the_preview_runs_nothing_and_fetches_nothing(
+    browser: Any,
+    live_server: Any,
+    operator: User,
+    settings: Any,
+    remote: RemoteContent,
+    layers: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    from tests.admin.browser import log_in, open_page
+
+    if layers == "sandbox-and-csp-only":
+        # without the sanitizer: the iframe's sandbox and CSP alone must hold
+        monkeypatch.setattr(preview, "sanitize_html", lambda html: html)
+    settings.MAILQUEUE = {"STORE": ORM_STORE}
+    item = get_store().add(
+        new_item("Hostile newsletter", "news@origin.test", ["reader@dest.test"], html=hostile_html(remote.url)),
+        now=datetime.now(UTC),
+    )
+    path = f"/admin/django_mailqueue/queueditem/{item.id}/change/"
+    log_in(browser, live_server.url, "operator", PASSWORD, path)
+    title = browser.title
+    assert "Hostile newsletter" in browser.find_element(By.ID, "content").text
+    frame = browser.find_element(By.ID, "mq-html-preview")
+    assert frame.get_attribute("sandbox") == ""
+    assert frame.get_attribute("srcdoc").startswith(
+        f'<!DOCTYPE html><html><head><meta http-equiv="Content-Security-Policy" content="{PREVIEW_CSP}">'
+    )
+    time.sleep(1.5)  # time enough for a refresh, a script or an image to reach out
+    assert browser.title == title and "pwned" not in title
+    browser.switch_to.frame(frame)
+    try:
+        assert "Hello from the newsletter" in browser.find_element(By.TAG_NAME, "body").text
+        assert browser.execute_script("return typeof window.mqRan") == "undefined"
+        assert browser.execute_script("return document.title") != "pwned"
+        assert browser.execute_script("return document.URL") == "about:srcdoc"
+    finally:
+        browser.switch_to.default_content()
+    # the escaped source is there to read
+    browser.find_element(By.CSS_SELECTOR, "#mq-html details summary, details.mq-source summary").click()
+    assert '<script>window.mqRan = "script"' in browser.find_element(By.CSS_SELECTOR, "details.mq-source pre").text
+    # nothing reached the "internet", and the admin page itself is untouched
+    open_page(browser, live_server.url + path)
+    time.sleep(0.5)
+    assert remote.requests == []

@@ -1,0 +1,165 @@
+"""The queue's list page at 1,000,000 items on PostgreSQL: a bounded number of queries, indexes for every filter.
+
+The page's time is printed (for bench/), never asserted.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from django.db import connections
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+
+from django_mailqueue.admin.queue import QueueAdmin
+from django_mailqueue.clock import FakeClock, to_micros
+from django_mailqueue.items import ItemQuery, ItemState
+from django_mailqueue.stores import get_store
+from tests.support.databases import DATABASES
+
+pytestmark = [pytest.mark.postgres, pytest.mark.slow, pytest.mark.django_db(databases=DATABASES)]
+
+#: How many items; MAILQUEUE_ADMIN_SCALE_ITEMS makes a quicker (or bigger) run.
+ITEMS = int(os.environ.get("MAILQUEUE_ADMIN_SCALE_ITEMS", "1000000"))
+NOW = datetime(2030, 6, 1, 12, 0, tzinfo=UTC)
+MESSAGE = b"From: sender@origin.test\r\nTo: user@dest.test\r\nSubject: load\r\n\r\nHello.\r\n"
+
+
+def fill(alias: str, items: int) -> float:
+    """`items` items (one recipient each, every tenth deferred, one in a thousand leased) straight into the tables."""
+    now = to_micros(NOW)
+    # next attempts spread over a day around NOW: half due, half scheduled
+    first, step = now - 43_200_000_000, 86_400_000_000 // items
+    started = time.perf_counter()
+    with connections[alias].cursor() as cursor:
+        # A bulk load builds the secondary indexes once, after the rows, as pg_restore does: dropped and
+        # created again from their own definitions, inside the test's transaction (rolled back at its end).
+        cursor.execute(
+            """
+            SELECT indexname, indexdef FROM pg_indexes
+            WHERE tablename IN ('mailqueue_item', 'mailqueue_recipient')
+              AND indexname NOT IN (SELECT conname FROM pg_constraint)
+            """
+        )
+        indexes = cursor.fetchall()
+        for name, _ in indexes:
+            cursor.execute(f'DROP INDEX "{name}"')
+        cursor.execute(
+            """
+            INSERT INTO mailqueue_item (id, sender, size, created, next_attempt, attempts, queue, owner,
+                                        lease_expires, revision, reclaims, delay_warned, message_id, subject)
+            SELECT md5('mq-admin-' || i)::uuid, 'sender' || (i %% 997) || '@origin.test', %(size)s,
+                   %(first)s + i - 3600000000, %(first)s + i * %(step)s,
+                   CASE WHEN i %% 10 = 0 THEN 1 + i %% 3 ELSE 0 END,
+                   CASE i %% 4 WHEN 0 THEN 'bulk' WHEN 1 THEN 'transactional' ELSE 'default' END,
+                   CASE WHEN i %% 1000 = 7 THEN 'worker-' || (i %% 8) END,
+                   CASE WHEN i %% 1000 = 7 THEN %(now)s + 300000000 END,
+                   1, 0, false, '<' || i || '@origin.test>', 'Message ' || i
+            FROM generate_series(1::bigint, %(items)s) AS i
+            """,
+            {"items": items, "first": first, "step": step, "now": now, "size": len(MESSAGE)},
+        )
+        cursor.execute(
+            """
+            INSERT INTO mailqueue_recipient (item_id, position, address, domain, state, reply_code, reply_status,
+                                             reply_text, remote_mta)
+            SELECT seq, 0, 'user' || seq || '@d' || (seq %% 5000) || '.test', 'd' || (seq %% 5000) || '.test',
+                   'pending',
+                   CASE WHEN attempts > 0 THEN 451 END,
+                   CASE WHEN attempts > 0 THEN '4.7.1' ELSE '' END,
+                   CASE WHEN attempts > 0 THEN 'Greylisted' ELSE '' END,
+                   CASE WHEN attempts > 0 THEN 'mx.d' || (seq %% 5000) || '.test' ELSE '' END
+            FROM mailqueue_item
+            """,
+            {},
+        )
+        cursor.execute("INSERT INTO mailqueue_message (item_id, data) SELECT seq, %s FROM mailqueue_item", [MESSAGE])
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")  # check the foreign keys now, before the index builds
+        cursor.execute("SET LOCAL maintenance_work_mem = '256MB'")
+        for _, definition in indexes:
+            cursor.execute(definition)
+        cursor.execute("SET CONSTRAINTS ALL DEFERRED")
+        cursor.execute("ANALYZE mailqueue_item, mailqueue_recipient, mailqueue_message")
+    return time.perf_counter() - started
+
+
+def plans(alias: str, run: Callable[[], Any]) -> list[str]:
+    """The EXPLAIN of each query `run` sends to `alias`."""
+    with CaptureQueriesContext(connections[alias]) as captured:
+        run()
+    explained = []
+    with connections[alias].cursor() as cursor:
+        for query in captured.captured_queries:
+            cursor.execute("EXPLAIN " + query["sql"])
+            explained.append("\n".join(row[0] for row in cursor.fetchall()))
+    return explained
+
+
+def test_the_list_page_of_a_million_item_queue(
+    pg_alias: str,
+    settings: Any,
+    admin_client: Client,
+    django_assert_max_num_queries: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    settings.MAILQUEUE = {
+        "STORE": {"BACKEND": "django_mailqueue.stores.orm.OrmStore", "OPTIONS": {"database": pg_alias}}
+    }
+    monkeypatch.setattr(QueueAdmin, "clock", FakeClock(NOW))
+    took = fill(pg_alias, ITEMS)
+    store = get_store()
+    print(f"\nadmin scale: {ITEMS} items inserted and analysed in {took:.1f} s")
+
+    url = reverse("admin:django_mailqueue_queueditem_changelist")
+    timings: dict[str, float] = {}
+    for label, params in (
+        ("default order", {}),
+        ("state=due", {"state": "due"}),
+        ("state=scheduled", {"state": "scheduled"}),
+        ("state=deferred", {"state": "deferred"}),
+        ("state=leased", {"state": "leased"}),
+        ("queue=bulk", {"queue": "bulk"}),
+        ("domain=d42.test", {"domain": "d42.test"}),
+        ("search", {"q": "user4242@"}),
+        ("page 200", {"p": "200"}),
+    ):
+        admin_client.get(url, params)  # warm the caches, as a second visit would
+        with django_assert_max_num_queries(2, connection=connections[pg_alias]):
+            started = time.perf_counter()
+            page = admin_client.get(url, params)
+            timings[label] = time.perf_counter() - started
+        assert page.status_code == 200
+        rows = page.content.decode().count("<tr data-item=")
+        assert rows == (QueueAdmin.list_per_page if label not in ("domain=d42.test", "search") else rows) and rows > 0
+    with django_assert_max_num_queries(8):  # the session, the user and its permissions, on "default"
+        admin_client.get(url)
+    started = time.perf_counter()
+    assert admin_client.get(reverse("admin:django_mailqueue_queueditem_overview")).status_code == 200
+    overview = time.perf_counter() - started
+    for label, seconds in timings.items():
+        print(f"admin scale: list page, {label}: {seconds * 1000:.0f} ms")
+    print(f"admin scale: overview page (aggregates over every item): {overview * 1000:.0f} ms")
+
+    # every query the list sends is answered from an index: never a scan of the items
+    for label, query in (
+        ("default order", ItemQuery(now=NOW)),
+        *((f"state={s.value}", ItemQuery(state=s, now=NOW)) for s in ItemState),
+        ("queue", ItemQuery(queue="bulk", now=NOW)),
+        ("domain", ItemQuery(domain="d42.test", now=NOW)),
+    ):
+        page_plan, recipients_plan = plans(pg_alias, lambda q=query: store.list(q, offset=0, limit=51))
+        assert "Seq Scan on mailqueue_item" not in page_plan, f"{label}:\n{page_plan}"
+        assert "Index" in page_plan, f"{label}:\n{page_plan}"
+        print(f"admin scale: plan, {label}: " + " / ".join(line.strip() for line in page_plan.splitlines()[:3]))
+        assert "Seq Scan" not in recipients_plan, f"{label}:\n{recipients_plan}"
+        if label == "domain":
+            assert "mailqueue_recipient_domain" in page_plan, page_plan
+        if label == "default order":
+            assert "mailqueue_item_due" in page_plan, page_plan
+    assert timedelta(0) < timedelta(seconds=took)

@@ -1,0 +1,96 @@
+"""The operator's commands: mailqueue_status, mailqueue_flush, mailqueue_cancel, mailqueue_prune_history."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import timedelta
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from django_mailqueue.clock import SystemClock
+from django_mailqueue.items import Completion, NewItem, RecipientOutcome, RecipientState, Reply
+from django_mailqueue.models import DeliveryRecord
+from django_mailqueue.stores import get_store
+
+pytestmark = pytest.mark.django_db(transaction=True)
+LATER = Reply(451, "4.7.1", "greylisted")
+
+
+def add(recipient: str, *, queue: str = "default", later: float = 0) -> uuid.UUID:
+    now = SystemClock().now()
+    item = NewItem(sender="s@example.com", recipients=(recipient,), message=b"Subject: x\r\n\r\nx\r\n", queue=queue,
+                   not_before=now + timedelta(seconds=later) if later else None)
+    return get_store().add(item, now=now).id
+
+
+def defer(item_id: uuid.UUID) -> None:
+    store, now = get_store(), SystemClock().now()
+    (item,) = store.claim(owner="w", now=now, lease_expires=now + timedelta(seconds=60), limit=50)
+    assert item.id == item_id
+    store.complete(item.id, owner="w", revision=item.revision, completion=Completion(
+        (RecipientOutcome(item.recipients[0].address, RecipientState.PENDING, LATER),),
+        next_attempt=now + timedelta(hours=1)))
+
+
+def run(*args: str) -> str:
+    out = StringIO()
+    call_command(*args, stdout=out)
+    return out.getvalue()
+
+
+def test_status_counts_by_state_queue_and_domain() -> None:
+    deferred = add("c@three.example")
+    defer(deferred)
+    add("a@one.example")
+    add("b@two.example", queue="bulk", later=3600)
+    data = json.loads(run("mailqueue_status", "--json"))
+    assert data["total"] == 3
+    assert data["by_state"] == {"due": 1, "scheduled": 1, "deferred": 1, "leased": 0}
+    assert data["by_queue"]["bulk"]["scheduled"] == 1
+    assert data["deferred_by_domain"] == {"three.example": 1}
+    assert data["oldest_due"]["queue"] == "default"
+    text = run("mailqueue_status")
+    assert "3 items" in text and "three.example" in text
+
+
+def test_flush_makes_deferred_mail_due_now() -> None:
+    deferred = add("c@three.example")
+    defer(deferred)
+    scheduled = add("d@four.example", later=3600)
+    assert "1 items due now" in run("mailqueue_flush")
+    store, now = get_store(), SystemClock().now()
+    item = store.get(deferred)
+    assert item is not None and item.next_attempt <= now
+    later = store.get(scheduled)
+    assert later is not None and later.next_attempt > now
+    assert "1 items due now" in run("mailqueue_flush", "--scheduled")
+
+
+def test_cancel_drops_items_and_reports_unknown_ids() -> None:
+    first, second = add("a@one.example"), add("b@two.example")
+    assert f"cancelled {first}" in run("mailqueue_cancel", str(first))
+    assert get_store().get(first) is None and get_store().get(second) is not None
+    with pytest.raises(CommandError, match="no such item"):
+        run("mailqueue_cancel", str(uuid.uuid4()))
+    with pytest.raises(CommandError):
+        run("mailqueue_cancel", "not-a-uuid")
+
+
+def test_prune_history_removes_exactly_the_old_records() -> None:
+    now = SystemClock().now()
+
+    def record(days: float) -> DeliveryRecord:
+        return DeliveryRecord.objects.create(item_id=uuid.uuid4(), recipient="r@x.example", domain="x.example",
+                                             queue="default", state="delivered", attempt=1,
+                                             recorded=now - timedelta(days=days))
+
+    old = [record(31), record(45)]
+    kept = [record(29), record(1)]
+    assert "2 history records" in run("mailqueue_prune_history", "--batch", "1")
+    assert set(DeliveryRecord.objects.values_list("id", flat=True)) == {r.id for r in kept}
+    assert all(not DeliveryRecord.objects.filter(id=r.id).exists() for r in old)
+    assert "2 history records" in run("mailqueue_prune_history", "--days", "0")
