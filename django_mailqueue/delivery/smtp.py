@@ -74,7 +74,7 @@ class SmtpTransport:
     """The default `Transport`: aiosmtplib sessions, with a connection cache.
 
     With `cache_time` above 0 (the worker uses `CACHE_TIME`), a connection
-    whose transaction ended well is reset (RSET) and kept up to `cache_time`
+    whose transaction ended well is kept up to `cache_time`
     seconds for the next message to the same server address with
     the same TLS policy and credentials, as Postfix's connection cache does;
     at most `destination_concurrency` sessions run at once to one address. A
@@ -272,17 +272,11 @@ class _Session:
         return await self.release()
 
     async def release(self) -> _Idle | None:
-        """Reset the connection for the next message (RSET), as Postfix does before caching it."""
+        """Keep the connection for the next message. Every transaction ended with its reply
+        to the final "." or with a RSET, so no transaction is open (RFC 5321 §4.1.1.4):
+        nothing needs saying now, and a connection the server closed meanwhile is found at
+        the next MAIL FROM and replaced."""
         assert self.smtp is not None
-        self.doing = "sending RSET before reuse"
-        try:
-            response = await self.smtp.execute_command(b"RSET", timeout=min(self.target.timeouts.greeting,
-                                                                            QUIT_TIMEOUT))
-        except Exception:
-            return None
-        if response.code != 250:
-            await self.quit()
-            return None
         smtp, self.smtp = self.smtp, None
         loop_time = asyncio.get_running_loop().time()
         return _Idle(smtp=smtp, tls_active=self.tls_active, opened=self.opened, idle_since=loop_time)

@@ -26,7 +26,7 @@ async def test_messages_to_one_server_share_a_connection(make_settings: MakeSett
     assert len(server.messages) == 5
     assert server.connections == 1
     assert server.commands.count("EHLO") == 1
-    assert server.commands.count("RSET") == 5 and server.commands[-1] == "QUIT"
+    assert server.commands.count("MAIL") == 5 and server.commands[-1] == "QUIT"
 
 
 async def test_concurrent_messages_open_parallel_connections_then_reuse_them(
