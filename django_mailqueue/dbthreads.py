@@ -17,6 +17,18 @@ logger = logging.getLogger("django_mailqueue")
 _T = TypeVar("_T")
 
 
+def drop_if_broken(conn: BaseDatabaseWrapper) -> None:
+    """After a database error, close a connection that no longer works (a restarted
+    server, a terminated backend) so the next statement opens a new one. Unlike
+    `close_if_unusable_or_obsolete`, a healthy connection is kept whatever
+    `CONN_MAX_AGE` says: a worker's threads live long."""
+    if conn.connection is not None and conn.errors_occurred:
+        if conn.is_usable():
+            conn.errors_occurred = False
+        else:
+            conn.close()
+
+
 class DatabaseThreads:
     """At most `size` threads, so at most `size` connections to each database they use.
 

@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db import DEFAULT_DB_ALIAS, DatabaseError
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
 
-from .dbthreads import DatabaseThreads
+from .dbthreads import DatabaseThreads, drop_if_broken
 from .items import QueueItem, RecipientOutcome, RecipientState
 from .models import DeliveryRecord
 
@@ -57,14 +57,23 @@ class History:
             )
             for e in entries
         ]
-        try:
-            DeliveryRecord.objects.using(self.alias).bulk_create(rows)
-        except DatabaseError:
-            logger.exception("delivery history could not be written (%d records)", len(rows))
+        drop_if_broken(connections[self.alias])
+        DeliveryRecord.objects.using(self.alias).bulk_create(rows)
 
     async def arecord(self, entries: Sequence[HistoryEntry]) -> None:
-        if entries:
-            await self._threads.run(self.record, entries)
+        """Write the records; through a database blip, try again for about half a minute
+        before giving up (and saying so in the log)."""
+        delay = 0.2
+        for attempt in range(8):
+            try:
+                await self._threads.run(self.record, entries)
+                return
+            except DatabaseError:
+                if attempt == 7:
+                    logger.exception("delivery history could not be written (%d records lost)", len(entries))
+                    return
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 8.0)
 
     async def aclose(self) -> None:
         await asyncio.to_thread(self._threads.close)

@@ -17,7 +17,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import F, Q
 
 from ..clock import from_micros, to_micros
-from ..dbthreads import DatabaseThreads
+from ..dbthreads import DatabaseThreads, drop_if_broken
 from ..exceptions import QueueError
 from ..items import (
     CompleteRequest,
@@ -106,7 +106,7 @@ class OrmStore(QueueStore):
                     yield conn
                 return
             if not conn.in_atomic_block:
-                _drop_if_broken(conn)
+                drop_if_broken(conn)
             with transaction.atomic(using=self.alias):
                 if conn.vendor == "postgresql" and not _nested(conn):
                     with conn.cursor() as cursor:
@@ -121,7 +121,7 @@ class OrmStore(QueueStore):
     def _read(self) -> Iterator[None]:
         conn = self._connection
         if not conn.in_atomic_block:
-            _drop_if_broken(conn)
+            drop_if_broken(conn)
         try:
             yield
         except DatabaseError as exc:
@@ -201,7 +201,7 @@ class OrmStore(QueueStore):
         itself in autocommit, and a part of the caller's transaction inside one."""
         added: builtins.list[QueueItem] = []
         if not conn.in_atomic_block:
-            _drop_if_broken(conn)
+            drop_if_broken(conn)
         try:
             if len(items) > 500 and not conn.in_atomic_block:
                 with transaction.atomic(using=self.alias):
@@ -617,18 +617,6 @@ _POSTGRES_ADD = (
     "JOIN (VALUES {message_rows}) AS m(id, data) ON m.id = added.id) "
     "SELECT pg_notify(%s, '')"
 )
-
-
-def _drop_if_broken(conn: BaseDatabaseWrapper) -> None:
-    """After a database error, close a connection that no longer works (a restarted
-    server, a terminated backend) so the next statement opens a new one. Unlike
-    `close_if_unusable_or_obsolete`, a healthy connection is kept whatever
-    `CONN_MAX_AGE` says: a worker's threads live long."""
-    if conn.connection is not None and conn.errors_occurred:
-        if conn.is_usable():
-            conn.errors_occurred = False
-        else:
-            conn.close()
 
 
 def _nested(conn: BaseDatabaseWrapper) -> bool:

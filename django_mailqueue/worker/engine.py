@@ -13,14 +13,14 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from .. import signals
 from ..clock import Clock, SystemClock
 from ..conf import QueueSettings
 from ..exceptions import QueueError
 from ..history import History, HistoryEntry
-from ..items import CompleteRequest, Completion, QueueItem, Recipient, RecipientOutcome, RecipientState, Reply
+from ..items import CompleteRequest, Completion, NewItem, QueueItem, Recipient, RecipientOutcome, RecipientState, Reply
 from ..stores.base import QueueStore
 from .batching import Batcher
 from .dsn import DsnKind, DsnReport, build_dsn, original_header_block
@@ -127,7 +127,8 @@ class Worker:
         self._wake: asyncio.Task[bool] | None = None
         self._bytes_in_flight = 0
         self._completions: Batcher[CompleteRequest, QueueItem | None | QueueError] = Batcher(
-            self.store.acomplete_many, limit=100)
+            self.store.acomplete_many, limit=100
+        )
         self._history: Batcher[HistoryEntry, None] = Batcher(self._write_history, limit=500)
 
     @property
@@ -252,6 +253,16 @@ class Worker:
             except QueueError as exc:
                 await self._error(exc, attempt.item.id)
 
+    async def _give_back_later(self, attempt: _Attempt, *, seconds: float) -> None:
+        """Let go of an item without an attempt counted, due again in `seconds`."""
+        try:
+            await self.store.areschedule(
+                attempt.item.id, at=self.clock.now() + timedelta(seconds=seconds), owner=self.owner
+            )
+        except QueueError:
+            pass  # the lease expires by itself, and the item is claimed again then
+        self._held.pop(attempt.item.id, None)
+
     async def _renew_leases(self) -> None:
         interval = max(0.05, self.settings.lease / 2)
         while True:
@@ -314,16 +325,26 @@ class Worker:
         if not pending:
             return
         if item.reclaims > self.settings.max_reclaims:
-            reply = Reply(None, "5.4.0", f"the item was reclaimed {item.reclaims} times without an outcome: "
-                                         "each attempt lost its worker")
+            reply = Reply(
+                None,
+                "5.4.0",
+                f"the item was reclaimed {item.reclaims} times without an outcome: each attempt lost its worker",
+            )
             outcomes = tuple(RecipientOutcome(r.address, RecipientState.FAILED, reply) for r in pending)
             original = attempt.message if attempt.prefetched else await self.store.aread_message(item.id)
-            await self._record(attempt, outcomes, possibly_delivered=frozenset(), errors=(), original=original,
-                               message_lost=False)
+            await self._record(
+                attempt, outcomes, possibly_delivered=frozenset(), errors=(), original=original, message_lost=False
+            )
             return
-        message = attempt.message if attempt.prefetched else await self.store.aread_message(item.id)
+        try:
+            message = attempt.message if attempt.prefetched else await self.store.aread_message(item.id)
+            gone = message is None and await self.store.aget(item.id) is None
+        except QueueError as exc:  # the store is out of reach: try again a little later
+            await self._error(exc, item.id)
+            await self._give_back_later(attempt, seconds=1.0)
+            return
         if message is None:
-            if await self.store.aget(item.id) is None:
+            if gone:
                 return  # cancelled, or finished by another worker: nothing to do
             outcomes = tuple(RecipientOutcome(r.address, RecipientState.FAILED, UNREADABLE) for r in pending)
             await self._record(
@@ -369,15 +390,31 @@ class Worker:
         completion = Completion(tuple(outcomes), next_attempt=next_attempt, delay_warned=warn)
         if attempt.lost:
             return
-        try:
-            answer = await self._completions.submit(CompleteRequest(item.id, self.owner, item.revision, completion))
-            if isinstance(answer, QueueError):
-                raise answer
-            recorded = answer
-        except QueueError as exc:
-            if exc.code == "LEASE_LOST":
-                self.stats.leases_lost += 1
-            await self._error(exc, item.id)
+        newly_failed: list[Recipient] = []
+        delayed: list[Recipient] = []
+        by_address = {o.address: o for o in outcomes}
+        for recipient in item.pending:
+            decided = by_address.get(recipient.address)
+            if decided is None:
+                continue
+            as_kept = Recipient(recipient.address, decided.state, decided.reply, decided.remote_mta)
+            if decided.state is RecipientState.FAILED:
+                newly_failed.append(as_kept)
+            elif decided.state is RecipientState.PENDING:
+                delayed.append(as_kept)
+        # DSNs are queued before the outcome is recorded: a crash in between may send one twice
+        # (the attempt is made again), never lose it.
+        dsns: list[tuple[DsnKind, NewItem, list[Recipient]]] = []
+        if self.settings.dsn and item.sender != "":
+            headers = original_header_block(original) if original is not None else None
+            if newly_failed:
+                dsns.append(("failed", self._build_dsn("failed", item, newly_failed, now, headers), newly_failed))
+            if warn and delayed:
+                dsns.append(("delayed", self._build_dsn("delayed", item, delayed, now, headers), delayed))
+            dsns = [entry for entry in dsns if await self._queue_dsn(entry[0], item, entry[1], now)]
+        recorded = await self._complete(attempt, completion)
+        if recorded is False:
+            await self._drop_dsns(dsns)
             return
         self._held.pop(item.id, None)
         told_dsn = True
@@ -385,6 +422,7 @@ class Worker:
             lease = attempt.lease_expires or item.lease_expires
             if lease is None or lease <= now:
                 self.stats.leases_lost += 1
+                await self._drop_dsns(dsns)
                 await self._error(
                     QueueError(
                         "LEASE_LOST",
@@ -396,6 +434,7 @@ class Worker:
                 )
                 return
             told_dsn = False  # cancelled while we held it: tell the outcomes, send no DSN
+            await self._drop_dsns(dsns)
         events: list[Event] = []
         sender = type(self.store)
         if message_lost:
@@ -430,9 +469,6 @@ class Worker:
                     },
                 )
             )
-        newly_failed: list[Recipient] = []
-        delayed: list[Recipient] = []
-        by_address = {o.address: o for o in outcomes}
         for recipient in item.pending:
             decided = by_address.get(recipient.address)
             if decided is None:
@@ -450,11 +486,9 @@ class Worker:
             elif decided.state is RecipientState.FAILED:
                 self.stats.failed += 1
                 events.append((signals.failed, kwargs))
-                newly_failed.append(Recipient(recipient.address, decided.state, decided.reply, decided.remote_mta))
             else:
                 self.stats.deferred += 1
                 events.append((signals.deferred, {**kwargs, "next_attempt": next_attempt}))
-                delayed.append(Recipient(recipient.address, decided.state, decided.reply, decided.remote_mta))
         if self.history is not None:
             self._history.post(
                 [
@@ -468,23 +502,62 @@ class Worker:
                     for o in outcomes
                 ]
             )
+        if told_dsn:
+            for kind, dsn, recipients in dsns:
+                self.stats.dsns += 1
+                logger.info("dsn item=%s kind=%s dsn=%s to=<%s>", item.id, kind, dsn.id, item.sender)
+                events.append(
+                    (
+                        signals.dsn,
+                        {
+                            "kind": kind,
+                            "dsn_id": dsn.id,
+                            "of": item.id,
+                            "to": item.sender,
+                            "recipients": [r.address for r in recipients],
+                        },
+                    )
+                )
         await tell(sender, events)
-        if not told_dsn or not self.settings.dsn or item.sender == "":
-            return
-        headers = original_header_block(original) if original is not None else None
-        if newly_failed:
-            await self._send_dsn("failed", item, newly_failed, now, headers)
-        if warn and delayed:
-            await self._send_dsn("delayed", item, delayed, now, headers)
+
+    async def _complete(self, attempt: _Attempt, completion: Completion) -> QueueItem | None | Literal[False]:
+        """Record the outcome; while the store is out of reach, try again as long as the lease
+        holds. False when nothing could be recorded (the error is told)."""
+        item, delay, told = attempt.item, 0.2, False
+        while True:
+            try:
+                answer = await self._completions.submit(CompleteRequest(item.id, self.owner, item.revision, completion))
+                if isinstance(answer, QueueError):
+                    raise answer
+                return answer
+            except QueueError as exc:
+                lease = attempt.lease_expires or item.lease_expires
+                if (
+                    exc.code == "STORE_UNAVAILABLE"
+                    and not attempt.lost
+                    and lease is not None
+                    and self.clock.now() + timedelta(seconds=delay) < lease
+                ):
+                    if not told:
+                        await self._error(exc, item.id)
+                        told = True
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 2.0)
+                    continue
+                if exc.code == "LEASE_LOST":
+                    self.stats.leases_lost += 1
+                if not told or exc.code != "STORE_UNAVAILABLE":
+                    await self._error(exc, item.id)
+                return False
 
     async def _write_history(self, entries: list[HistoryEntry]) -> list[None]:
         if self.history is not None:
             await self.history.arecord(entries)
         return [None] * len(entries)
 
-    async def _send_dsn(
+    def _build_dsn(
         self, kind: DsnKind, item: QueueItem, recipients: Sequence[Recipient], now: datetime, headers: bytes | None
-    ) -> None:
+    ) -> NewItem:
         report = DsnReport(
             kind=kind,
             item=item,
@@ -494,7 +567,9 @@ class Worker:
             retry_until=retry_until(self.settings, created=item.created) if kind == "delayed" else None,
             original_headers=headers,
         )
-        dsn = build_dsn(report, now=now)
+        return build_dsn(report, now=now)
+
+    async def _queue_dsn(self, kind: DsnKind, item: QueueItem, dsn: NewItem, now: datetime) -> bool:
         try:
             await self.store.aadd(dsn, now=now)
         except QueueError as exc:
@@ -504,24 +579,16 @@ class Worker:
                 ),
                 item.id,
             )
-            return
-        self.stats.dsns += 1
-        logger.info("dsn item=%s kind=%s dsn=%s to=<%s>", item.id, kind, dsn.id, item.sender)
-        await tell(
-            type(self.store),
-            [
-                (
-                    signals.dsn,
-                    {
-                        "kind": kind,
-                        "dsn_id": dsn.id,
-                        "of": item.id,
-                        "to": item.sender,
-                        "recipients": [r.address for r in recipients],
-                    },
-                )
-            ],
-        )
+            return False
+        return True
+
+    async def _drop_dsns(self, dsns: Sequence[tuple[DsnKind, NewItem, list[Recipient]]]) -> None:
+        """Take back DSNs queued for an outcome that was not recorded after all."""
+        for _, dsn, _ in dsns:
+            try:
+                await self.store.acancel(dsn.id)
+            except QueueError as exc:
+                await self._error(exc, dsn.id)
 
     async def _error(self, error: QueueError, item_id: uuid.UUID | None) -> None:
         self.stats.errors.append(error.code)
