@@ -46,5 +46,15 @@ bench: $(STAMP)
 	$(PEERS_VENV)/bin/python -m pip install --quiet --upgrade -r bench/requirements-peers.txt
 	$(BIN)/python -m bench.run --n $(N) --repeats $(REPEATS) $(BENCH_ARGS)
 
+# `make soak [SOAK_MESSAGES=100000] [SOAK_STORES=redis,postgres]`: the reliability fault run at soak size
+# (tests/reliability/soak.py; needs initdb/pg_ctl and redis-server). Never part of `make test`; writes SOAK_RESULTS.
+SOAK_MESSAGES ?= 100000
+SOAK_STORES ?= redis,postgres
+SOAK_RESULTS ?= soak-results.json
+
+soak: $(STAMP)
+	SOAK_MESSAGES=$(SOAK_MESSAGES) SOAK_STORES=$(SOAK_STORES) SOAK_RESULTS=$(SOAK_RESULTS) \
+		PYTHONPATH=. $(BIN)/python -m tests.reliability.soak
+
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

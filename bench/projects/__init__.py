@@ -1,0 +1,1 @@
+"""Tiny Django settings modules for the benchmark: ours and each peer, configured by BENCH_* variables."""

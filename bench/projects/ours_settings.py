@@ -1,0 +1,28 @@
+"""django-mailqueue under benchmark: the ORM store on BENCH_DB, or the Redis store (BENCH_STORE=redis)."""
+
+from __future__ import annotations
+
+import os
+
+from bench.projects.common import *  # noqa: F403
+from bench.projects.common import SINK_PORT
+
+INSTALLED_APPS = ["django_mailqueue"]
+EMAIL_BACKEND = "django_mailqueue.backends.QueueEmailBackend"
+
+if os.environ.get("BENCH_STORE", "orm") == "redis":
+    STORE = {
+        "BACKEND": "django_mailqueue.stores.redis.RedisStore",
+        "OPTIONS": {"url": os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")},
+    }
+else:
+    STORE = {"BACKEND": "django_mailqueue.stores.orm.OrmStore", "OPTIONS": {}}
+
+# Everything else at its default (CONCURRENCY 20, LEASE 300, POLL_INTERVAL, history kept).
+MAILQUEUE: dict[str, object] = {
+    "STORE": STORE,
+    "HOSTNAME": "bench.example",
+    "ROUTES": {"*": {"HOST": "127.0.0.1", "PORT": SINK_PORT, "TLS": "none"}},
+}
+if os.environ.get("BENCH_CONCURRENCY"):
+    MAILQUEUE["CONCURRENCY"] = int(os.environ["BENCH_CONCURRENCY"])

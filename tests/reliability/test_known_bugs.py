@@ -1,0 +1,159 @@
+"""Bugs the fault run met, each reproduced on its own, deterministically, in one process.
+
+Marked `xfail(strict=True)` while the bug is open: the lead un-xfails a test
+when the fix lands (a strict xfail that starts passing fails the suite, so a
+fix cannot go unnoticed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import datetime
+from typing import Any
+
+import pytest
+
+from django_mailqueue.clock import SystemClock
+from django_mailqueue.conf import QueueSettings
+from django_mailqueue.exceptions import QueueError
+from django_mailqueue.items import Completion, NewItem, QueueItem
+from django_mailqueue.stores.memory import MemoryStore
+from django_mailqueue.testing.fakes import REJECTED, ScriptedDeliverer
+from django_mailqueue.worker import Worker
+
+MESSAGE = b"From: a@origin.test\r\nTo: b@dest.test\r\nSubject: x\r\nMessage-ID: <kb@origin.test>\r\n\r\nhi\r\n"
+
+
+class BlippingStore(MemoryStore):
+    """A memory store whose `complete` fails with STORE_UNAVAILABLE `failures` times (a store restarting)."""
+
+    def __init__(self, failures: int) -> None:
+        super().__init__()
+        self.failures = failures
+        self.dsns_when_recorded: list[int] = []
+
+    def complete(self, item_id: uuid.UUID, *, owner: str, revision: int, completion: Completion) -> QueueItem | None:
+        if self.failures > 0:
+            self.failures -= 1
+            raise QueueError("STORE_UNAVAILABLE", "the store is restarting (injected)")
+        recorded = super().complete(item_id, owner=owner, revision=revision, completion=completion)
+        # What a crash right now would leave: the DSNs already queued.
+        self.dsns_when_recorded.append(sum(1 for item in self.list(limit=1000) if item.sender == ""))
+        return recorded
+
+
+async def run_until(worker: Worker, done: object, timeout: float) -> None:
+    task = asyncio.create_task(worker.run())
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not done() and asyncio.get_running_loop().time() < deadline:  # type: ignore[operator]
+        await asyncio.sleep(0.05)
+    worker.stop()
+    await asyncio.wait_for(task, 10)
+
+
+def settings(**extra: object) -> QueueSettings:
+    return QueueSettings(hostname="mq.test.example", lease=1.0, retry_delays=(0.2,), poll_interval=0.1,
+                         history_days=0, **extra)  # type: ignore[arg-type]
+
+
+async def test_an_outcome_is_recorded_after_a_store_blip() -> None:
+    store = BlippingStore(failures=1)
+    deliverer = ScriptedDeliverer()
+    item = store.add(NewItem("a@origin.test", ("b@dest.test",), MESSAGE), now=SystemClock().now())
+    worker = Worker(store=store, settings=settings(), deliverer=deliverer)
+
+    await run_until(worker, lambda: store.get(item.id) is None, timeout=8)
+
+    assert store.get(item.id) is None
+    assert deliverer.deliveries_to("b@dest.test") == 1  # a blip shorter than the lease costs no second copy
+
+
+async def test_a_crash_after_the_record_keeps_the_dsn() -> None:
+    store = BlippingStore(failures=0)
+    deliverer = ScriptedDeliverer(script={"b@dest.test": [REJECTED]})
+    item = store.add(NewItem("a@origin.test", ("b@dest.test",), MESSAGE), now=SystemClock().now())
+    worker = Worker(store=store, settings=settings(), deliverer=deliverer)
+
+    await run_until(worker, lambda: any(call.sender == "" for call in deliverer.calls), timeout=8)
+
+    assert store.get(item.id) is None  # failed, final, dropped
+    assert any(call.sender == "" for call in deliverer.calls)  # the DSN, queued afterwards and delivered
+    assert store.dsns_when_recorded[0] == 1, "at the moment the failure was recorded, its DSN was not queued yet"
+
+
+def test_the_blipping_store_is_a_store() -> None:
+    now: datetime = SystemClock().now()
+    store = BlippingStore(failures=0)
+    assert store.add(NewItem("a@origin.test", ("b@dest.test",), MESSAGE), now=now).sender == "a@origin.test"
+
+
+class UnreadableForAMoment(MemoryStore):
+    """A memory store whose message reads fail once with STORE_UNAVAILABLE (a database restarting)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failures = 2  # the prefetch with the claim, then the attempt's own read
+
+    def read_messages(self, item_ids: Any) -> dict[uuid.UUID, bytes]:
+        if self.failures > 0:
+            self.failures -= 1
+            raise QueueError("STORE_UNAVAILABLE", "the store is restarting (injected)")
+        return super().read_messages(item_ids)
+
+    def read_message(self, item_id: uuid.UUID) -> bytes | None:
+        if self.failures > 0:
+            self.failures -= 1
+            raise QueueError("STORE_UNAVAILABLE", "the store is restarting (injected)")
+        return super().read_message(item_id)
+
+
+async def test_a_store_outage_while_reading_the_message_is_not_an_internal_error() -> None:
+    store = UnreadableForAMoment()
+    codes: list[str] = []
+
+    def receive(sender: Any, error: Any = None, **kwargs: Any) -> None:
+        codes.append(error.code)
+
+    from django_mailqueue import signals
+
+    signals.error.connect(receive, weak=False, dispatch_uid="kb-unreadable")
+    try:
+        deliverer = ScriptedDeliverer()
+        item = store.add(NewItem("a@origin.test", ("b@dest.test",), MESSAGE), now=SystemClock().now())
+        worker = Worker(store=store, settings=settings(), deliverer=deliverer)
+        await run_until(worker, lambda: store.get(item.id) is None, timeout=8)
+    finally:
+        signals.error.disconnect(dispatch_uid="kb-unreadable")
+    assert store.get(item.id) is None and deliverer.deliveries_to("b@dest.test") == 1
+    assert "STORE_UNAVAILABLE" in codes
+    assert "INTERNAL" not in codes, codes
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_database_blip_does_not_lose_history(monkeypatch: pytest.MonkeyPatch) -> None:
+    from django.db import DatabaseError
+    from django.db.models.query import QuerySet
+
+    from django_mailqueue.history import History
+    from django_mailqueue.models import DeliveryRecord
+
+    original = QuerySet.bulk_create
+    failures = [1]
+
+    def flaky_bulk_create(self: QuerySet[Any], *args: Any, **kwargs: Any) -> Any:
+        if self.model is DeliveryRecord and failures[0] > 0:
+            failures[0] -= 1
+            raise DatabaseError("server closed the connection unexpectedly (injected)")
+        return original(self, *args, **kwargs)
+
+    store = MemoryStore()
+    item = store.add(NewItem("a@origin.test", ("b@dest.test",), MESSAGE), now=SystemClock().now())
+    worker = Worker(store=store, settings=settings(), deliverer=ScriptedDeliverer(), history=History("default"))
+    monkeypatch.setattr(QuerySet, "bulk_create", flaky_bulk_create)
+    await run_until(worker, lambda: store.get(item.id) is None, timeout=8)
+
+    from asgiref.sync import sync_to_async
+
+    recorded = await sync_to_async(lambda: DeliveryRecord.objects.filter(item_id=item.id).count())()
+    assert recorded == 1, "the delivery of b@dest.test is missing from the history"
