@@ -137,7 +137,8 @@ def render(data: dict[str, Any]) -> str:
     if data.get("note"):
         w(f"- **Note:** {data['note']}")
     for m in data.get("merged", []):
-        w(f"- **Merged:** the steps {', '.join(m['steps'])} were (re)run on {m['date']} (`--merge`); {m['verdict']}")
+        steps = ", ".join(f"`{x}`" for x in m["steps"])
+        w(f"- **Merged:** step(s) {steps} rerun on {m['date']} (`--merge`) at {m.get('git', '?')}: {m['verdict']}")
     w("")
 
     # --- enqueue ---------------------------------------------------------------------
@@ -176,7 +177,7 @@ def render(data: dict[str, Any]) -> str:
                 verbs = ", ".join(f"{k} {v:g}" for k, v in dg[f"enqueue_{mode}_sql_by_verb_per_msg"].items())
                 commits = dg.get(f"enqueue_{mode}_pg_commits_per_msg")
                 cells += [
-                    f"{dg[f'enqueue_{mode}_sql_per_msg']:g} ({verbs})",
+                    f"{dg[f'enqueue_{mode}_sql_per_msg']:g}" + (f" ({verbs})" if verbs else ""),
                     "—" if commits is None else f"{commits:g}",
                 ]
             w(f"| {key} | " + " | ".join(cells) + " |")

@@ -136,7 +136,11 @@ def merge(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     merged["series"] = [s for s in old.get("series", []) if (s["measure"], s["config"]) not in redone] + new["series"]
     merged["diagnostics"] = {**old.get("diagnostics", {}), **new.get("diagnostics", {})}
     merged["steps"] = sorted(set(old.get("steps", [])) | set(new["steps"]))
-    merged["merged"] = [*old.get("merged", []), {"date": new["date"], "steps": new["steps"], "verdict": new["verdict"]}]
+    merged["merged"] = [
+        *old.get("merged", []),
+        {"date": new["date"], "steps": new["steps"], "verdict": new["verdict"], "git": git_state()},
+    ]
+
     return merged
 
 
