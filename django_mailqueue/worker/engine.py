@@ -420,7 +420,7 @@ class Worker:
         told_dsn = True
         if recorded is None:
             lease = attempt.lease_expires or item.lease_expires
-            if lease is None or lease <= now:
+            if lease is None or lease <= self.clock.now():  # now: the completion itself may have stalled
                 self.stats.leases_lost += 1
                 await self._drop_dsns(dsns)
                 await self._error(

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 
-from django_mailqueue.clock import SystemClock
+from django_mailqueue.clock import FakeClock, SystemClock
 from django_mailqueue.conf import QueueSettings
 from django_mailqueue.exceptions import QueueError
 from django_mailqueue.items import Completion, NewItem, QueueItem
@@ -53,8 +53,9 @@ async def run_until(worker: Worker, done: object, timeout: float) -> None:
 
 
 def settings(**extra: object) -> QueueSettings:
-    return QueueSettings(hostname="mq.test.example", lease=1.0, retry_delays=(0.2,), poll_interval=0.1,
-                         history_days=0, **extra)  # type: ignore[arg-type]
+    values: dict[str, object] = {"lease": 1.0, **extra}
+    return QueueSettings(hostname="mq.test.example", retry_delays=(0.2,), poll_interval=0.1,
+                         history_days=0, **values)  # type: ignore[arg-type]
 
 
 async def test_an_outcome_is_recorded_after_a_store_blip() -> None:
@@ -157,3 +158,47 @@ async def test_a_database_blip_does_not_lose_history(monkeypatch: pytest.MonkeyP
 
     recorded = await sync_to_async(lambda: DeliveryRecord.objects.filter(item_id=item.id).count())()
     assert recorded == 1, "the delivery of b@dest.test is missing from the history"
+
+
+class FinishedElsewhereWhileCompleting(MemoryStore):
+    """While the first worker's `complete` is under way, its process "stops" past the lease (the clock jumps),
+    another worker claims the item and finishes it: the first `complete` then finds the item gone."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__()
+        self.clock = clock
+        self.stalled = False
+
+    def complete(self, item_id: uuid.UUID, *, owner: str, revision: int, completion: Completion) -> QueueItem | None:
+        if owner == "stalled" and not self.stalled:
+            self.stalled = True
+            now = self.clock.advance(120)  # the process was stopped for two minutes: its lease is long gone
+            (taken,) = self.claim(owner="other", now=now, lease_expires=now + timedelta(seconds=30))
+            super().complete(item_id, owner="other", revision=taken.revision, completion=completion)
+        return super().complete(item_id, owner=owner, revision=revision, completion=completion)
+
+
+async def test_a_worker_stalled_while_recording_reports_lease_lost() -> None:
+    clock = FakeClock()
+    store = FinishedElsewhereWhileCompleting(clock)
+    told: list[str] = []
+
+    def receive(sender: Any, signal: Any = None, **kwargs: Any) -> None:
+        told.append(kwargs["error"].code if "error" in kwargs else "delivered")
+
+    from django_mailqueue import signals
+
+    signals.error.connect(receive, weak=False, dispatch_uid="kb-stalled-error")
+    signals.delivered.connect(receive, weak=False, dispatch_uid="kb-stalled-delivered")
+    try:
+        item = store.add(NewItem("a@origin.test", ("b@dest.test",), MESSAGE), now=clock.now())
+        worker = Worker(store=store, settings=settings(lease=30.0), deliverer=ScriptedDeliverer(), clock=clock,
+                        owner="stalled")
+        await run_until(worker, lambda: store.stalled and store.get(item.id) is None, timeout=8)
+        await asyncio.sleep(0.5)
+    finally:
+        signals.error.disconnect(dispatch_uid="kb-stalled-error")
+        signals.delivered.disconnect(dispatch_uid="kb-stalled-delivered")
+    assert store.stalled
+    assert "LEASE_LOST" in told, told  # the reference: past the lease's expiry a gone item is LEASE_LOST
+    assert "delivered" not in told, told  # nothing this worker did was recorded
