@@ -119,7 +119,9 @@ class RedisStore(QueueStore):
         self._timeout = float(self.options.get("socket_timeout", conn.DEFAULT_SOCKET_TIMEOUT))
         self._url: str | None = self.options.get("url")
         self._cache: str | None = self.options.get("cache")
+        self._password: str | None = self.options.get("password")
         self._secrets = conn.Secrets()
+        self._secrets.add(self._password)
         if self._url is not None:
             self._secrets.add(urlsplit(self._url).password)
             self.place = conn.where(self._url)
@@ -149,7 +151,7 @@ class RedisStore(QueueStore):
         with self._lock:
             if self._client is None:
                 if self._url is not None:
-                    self._client = conn.sync_client_from_url(self._url, self._timeout)
+                    self._client = conn.sync_client_from_url(self._url, self._timeout, self._password)
                     self._owns_client = True
                 else:
                     assert self._cache is not None
@@ -168,7 +170,7 @@ class RedisStore(QueueStore):
         # An asyncio client belongs to the loop it connected on: a store used from a
         # new loop gets a new client (the worker's loop is one for its whole run).
         if self._url is not None:
-            client = conn.async_client_from_url(self._url, self._timeout)
+            client = conn.async_client_from_url(self._url, self._timeout, self._password)
         else:
             if self._async_settings is None:
                 self._sync_client()

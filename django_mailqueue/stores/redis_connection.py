@@ -20,7 +20,7 @@ import redis.retry
 from ..exceptions import QueueError
 
 #: The keys `OPTIONS` may hold.
-OPTION_NAMES = frozenset({"url", "cache", "key_prefix", "on_commit", "socket_timeout"})
+OPTION_NAMES = frozenset({"url", "password", "cache", "key_prefix", "on_commit", "socket_timeout"})
 DEFAULT_PREFIX = "mailqueue:"
 DEFAULT_SOCKET_TIMEOUT = 10.0
 #: Lowercase letters, digits, `_ : . -`, a letter first: no `{` (no Cluster hash tag)
@@ -69,6 +69,14 @@ def check_options(options: Mapping[str, Any]) -> list[str]:
         problems.append("give exactly one of 'url' (redis://, rediss:// or unix://) and 'cache' (a CACHES alias)")
     if url is not None:
         problems.extend(_url_problems(url))
+    password = options.get("password")
+    if password is not None:
+        if not isinstance(password, str) or not password:
+            problems.append("'password' must be a non-empty string")
+        elif url is None:
+            problems.append("'password' goes with 'url'; a 'cache' alias takes its password from CACHES")
+        elif isinstance(url, str) and _url_password(url):
+            problems.append("give the password in 'url' or in 'password', not in both")
     if cache is not None:
         problems.extend(_cache_problems(cache))
     prefix = options.get("key_prefix", DEFAULT_PREFIX)
@@ -101,6 +109,13 @@ def _url_problems(url: Any) -> list[str]:
     except ValueError:
         return ["'url' is not a Redis URL (see redis-py's Redis.from_url)"]
     return []
+
+
+def _url_password(url: str) -> str | None:
+    try:
+        return urlsplit(url).password
+    except ValueError:
+        return None
 
 
 def _cache_problems(alias: Any) -> list[str]:
@@ -144,13 +159,14 @@ def where(url: str) -> str:
     return f"{parts.scheme}://{host}{port}{parts.path}"
 
 
-def sync_client_from_url(url: str, timeout: float) -> redis.Redis[bytes]:
+def sync_client_from_url(url: str, timeout: float, password: str | None = None) -> redis.Redis[bytes]:
     # No retries: a command whose connection drops midway may have run (an add, a
     # claim); the caller is told STORE_UNAVAILABLE instead of it being run twice.
     # A connection the server closed (a restart) is replaced when it is next taken
     # from the pool, before any command is sent on it.
     return redis.Redis.from_url(
         url,
+        password=password,  # the URL's own password wins (there is at most one: check_options)
         socket_timeout=timeout,
         socket_connect_timeout=timeout,
         retry=redis.retry.Retry(redis.backoff.NoBackoff(), 0),
@@ -158,9 +174,10 @@ def sync_client_from_url(url: str, timeout: float) -> redis.Redis[bytes]:
     )
 
 
-def async_client_from_url(url: str, timeout: float) -> redis.asyncio.Redis[bytes]:
+def async_client_from_url(url: str, timeout: float, password: str | None = None) -> redis.asyncio.Redis[bytes]:
     return redis.asyncio.Redis.from_url(
         url,
+        password=password,  # the URL's own password wins (there is at most one: check_options)
         socket_timeout=timeout,
         socket_connect_timeout=timeout,
         retry=redis.asyncio.retry.Retry(redis.backoff.NoBackoff(), 0),

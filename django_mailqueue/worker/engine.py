@@ -20,7 +20,17 @@ from ..clock import Clock, SystemClock
 from ..conf import QueueSettings
 from ..exceptions import QueueError
 from ..history import History, HistoryEntry
-from ..items import CompleteRequest, Completion, NewItem, QueueItem, Recipient, RecipientOutcome, RecipientState, Reply
+from ..items import (
+    CompleteRequest,
+    Completion,
+    NewItem,
+    QueueItem,
+    Recipient,
+    RecipientOutcome,
+    RecipientState,
+    Reply,
+    apply_completion,
+)
 from ..stores.base import QueueStore
 from .batching import Batcher
 from .dsn import DsnKind, DsnReport, build_dsn, original_header_block
@@ -402,8 +412,22 @@ class Worker:
                 newly_failed.append(as_kept)
             elif decided.state is RecipientState.PENDING:
                 delayed.append(as_kept)
-        # DSNs are queued before the outcome is recorded: a crash in between may send one twice
-        # (the attempt is made again), never lose it.
+        # The history and the DSNs are written before the outcome is recorded: a crash in
+        # between leaves a record of an attempt that is then made again, and may send a DSN
+        # twice — never loses either.
+        if self.history is not None:
+            await self._write_history_first(
+                [
+                    HistoryEntry(
+                        item=item,
+                        outcome=o,
+                        attempt=number,
+                        recorded=now,
+                        possibly_delivered=o.address in possibly_delivered,
+                    )
+                    for o in outcomes
+                ]
+            )
         dsns: list[tuple[DsnKind, NewItem, list[Recipient]]] = []
         if self.settings.dsn and item.sender != "":
             headers = original_header_block(original) if original is not None else None
@@ -411,7 +435,19 @@ class Worker:
                 dsns.append(("failed", self._build_dsn("failed", item, newly_failed, now, headers), newly_failed))
             if warn and delayed:
                 dsns.append(("delayed", self._build_dsn("delayed", item, delayed, now, headers), delayed))
-            dsns = [entry for entry in dsns if await self._queue_dsn(entry[0], item, entry[1], now)]
+            queued: list[tuple[DsnKind, NewItem, list[Recipient]]] = []
+            for entry in dsns:
+                answer = await self._queue_dsn(attempt, entry[0], entry[1], now)
+                if answer == "unreachable" and item.reclaims < self.settings.max_reclaims:
+                    # The store stayed out of reach for the whole lease: record nothing (the
+                    # outcome could not be written either, most likely), and let the item be
+                    # tried again once its lease has expired — its DSN with it. (Bounded: an
+                    # item reclaimed too often is failed, and recorded whatever its DSN does.)
+                    await self._drop_dsns(queued)
+                    return
+                if answer == "queued":
+                    queued.append(entry)
+            dsns = queued
         recorded = await self._complete(attempt, completion)
         if recorded is False:
             await self._drop_dsns(dsns)
@@ -489,19 +525,6 @@ class Worker:
             else:
                 self.stats.deferred += 1
                 events.append((signals.deferred, {**kwargs, "next_attempt": next_attempt}))
-        if self.history is not None:
-            self._history.post(
-                [
-                    HistoryEntry(
-                        item=item,
-                        outcome=o,
-                        attempt=number,
-                        recorded=now,
-                        possibly_delivered=o.address in possibly_delivered,
-                    )
-                    for o in outcomes
-                ]
-            )
         if told_dsn:
             for kind, dsn, recipients in dsns:
                 self.stats.dsns += 1
@@ -529,8 +552,14 @@ class Worker:
                 answer = await self._completions.submit(CompleteRequest(item.id, self.owner, item.revision, completion))
                 if isinstance(answer, QueueError):
                     raise answer
+                if answer is None and told:
+                    return self._landed_before(item, completion)
                 return answer
             except QueueError as exc:
+                if exc.code == "LEASE_LOST" and told:
+                    landed = await self._landed_before_lease_lost(item, completion)
+                    if landed is not None:
+                        return landed
                 lease = attempt.lease_expires or item.lease_expires
                 if (
                     exc.code == "STORE_UNAVAILABLE"
@@ -549,6 +578,45 @@ class Worker:
                 if not told or exc.code != "STORE_UNAVAILABLE":
                     await self._error(exc, item.id)
                 return False
+
+    def _landed_before(self, item: QueueItem, completion: Completion) -> QueueItem:
+        """The item as an earlier try of this completion left it.
+
+        A try that failed with STORE_UNAVAILABLE may have been applied all the same (the
+        store committed, then the connection broke before its answer came back). Retries
+        only happen while this worker's lease holds, so no other worker can have taken the
+        item meanwhile: finding it gone (or moved on) then means our own earlier try landed
+        — or, rarely, an operator acted at that moment. Either way the outcome is told and
+        its DSNs kept: a DSN sent twice is better than one lost.
+        """
+        logger.info("the store lost its answer to the completion of %s; the earlier try was recorded", item.id)
+        return apply_completion(item, completion)
+
+    async def _landed_before_lease_lost(self, item: QueueItem, completion: Completion) -> QueueItem | None:
+        """After a lost answer, LEASE_LOST: the item as our earlier try left it when the store shows
+        exactly that (released, one revision on, our outcomes), else None (another change won)."""
+        try:
+            current = await self.store.aget(item.id)
+        except QueueError:
+            return self._landed_before(item, completion)  # cannot tell: keep the DSNs rather than lose them
+        expected = apply_completion(item, completion)
+        if (
+            current is not None
+            and current.owner is None
+            and current.revision == expected.revision
+            and current.recipients == expected.recipients
+        ):
+            return self._landed_before(item, completion)
+        return None
+
+    async def _write_history_first(self, entries: Sequence[HistoryEntry]) -> None:
+        """Write `entries` (with other attempts' in one batch), waiting at most a quarter of the lease:
+        a slow database must not cost the lease. Past that the write goes on in the background."""
+        if not entries:
+            return
+        written = asyncio.gather(*(self._history.submit(entry) for entry in entries))
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(asyncio.shield(written), timeout=max(0.5, self.settings.lease / 4))
 
     async def _write_history(self, entries: list[HistoryEntry]) -> list[None]:
         if self.history is not None:
@@ -569,18 +637,40 @@ class Worker:
         )
         return build_dsn(report, now=now)
 
-    async def _queue_dsn(self, kind: DsnKind, item: QueueItem, dsn: NewItem, now: datetime) -> bool:
-        try:
-            await self.store.aadd(dsn, now=now)
-        except QueueError as exc:
-            await self._error(
-                QueueError(
-                    "DSN_FAILED", f"the {kind} DSN for {item.id} could not be queued: {exc.message}", item_id=item.id
-                ),
-                item.id,
-            )
-            return False
-        return True
+    async def _queue_dsn(
+        self, attempt: _Attempt, kind: DsnKind, dsn: NewItem, now: datetime
+    ) -> Literal["queued", "refused", "unreachable"]:
+        """Queue one DSN; while the store is out of reach, try again as long as the lease holds.
+
+        "refused": the store said no (a full queue, …): DSN_FAILED is told and the outcome
+        is recorded all the same. "unreachable": the store stayed out of reach.
+        """
+        item, delay, told = attempt.item, 0.2, False
+        while True:
+            try:
+                # A try that failed may have been applied (its answer lost): never add it twice.
+                if told and await self.store.aget(dsn.id) is not None:
+                    return "queued"
+                await self.store.aadd(dsn, now=now)
+                return "queued"
+            except QueueError as exc:
+                lease = attempt.lease_expires or item.lease_expires
+                unreachable = exc.code == "STORE_UNAVAILABLE"
+                if (
+                    unreachable
+                    and not attempt.lost
+                    and lease is not None
+                    and self.clock.now() + timedelta(seconds=delay) < lease
+                ):
+                    if not told:
+                        await self._error(exc, item.id)
+                        told = True
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 2.0)
+                    continue
+                why = f"the {kind} DSN for {item.id} could not be queued: {exc.message}"
+                await self._error(QueueError("DSN_FAILED", why, item_id=item.id), item.id)
+                return "unreachable" if unreachable else "refused"
 
     async def _drop_dsns(self, dsns: Sequence[tuple[DsnKind, NewItem, list[Recipient]]]) -> None:
         """Take back DSNs queued for an outcome that was not recorded after all."""

@@ -63,9 +63,6 @@ StoreKind = Literal["postgres", "redis"]
 STORE_ERROR_WINDOW = "lease expired while the store was unreachable"
 #: Losses the fault run counts without failing, and the test that covers each.
 KNOWN_BUGS = {
-    # history rows are still written after the record: a worker killed in between loses them (open); the DSN
-    # is queued before the record since 0a19479 (test_a_crash_after_the_record_keeps_the_dsn)
-    "notices_lost_to_kill": "tests/reliability/test_known_bugs.py::test_a_crash_after_the_record_keeps_the_dsn",
     "history_lost": "tests/reliability/test_known_bugs.py::test_a_database_blip_does_not_lose_history",
 }
 
@@ -126,9 +123,6 @@ class FaultRunReport:
     duplicates_by_window: dict[str, int] = field(default_factory=dict)
     unexplained: list[str] = field(default_factory=list)
     invisible: list[str] = field(default_factory=list)
-    #: 550 failures recorded whose DSN or history record was lost: the recording worker was killed before it
-    #: wrote them (a known bug: both are written after the record, in steps of their own)
-    notices_lost_to_kill: int = 0
     #: "delivery history could not be written" lines, and 550 failures missing from the history for it
     history_write_failures: int = 0
     history_lost: int = 0
@@ -495,13 +489,8 @@ def _check(report: FaultRunReport, server: FaultySmtpServer, store: _Store, work
                 report.bounced_pairs += 1
                 if counts[key]:
                     report.problems.append(f"{key} was refused with 550 yet accepted")
-                if rcpt in dsn_reported and (item, rcpt) in failed_550:
-                    continue
-                recorders = [w for w in workers if f"failed:{rcpt}" in said[w.name][item]]
-                if not recorders or any(w.killed_at is not None for w in recorders):
-                    # recorded by a worker killed before it logged, wrote the history or queued the DSN
-                    report.notices_lost_to_kill += 1
-                    continue
+                # The DSN and the history record are written before the outcome is recorded: a worker
+                # killed at any moment leaves both, or the attempt to be made again (and both then).
                 if rcpt not in dsn_reported:
                     report.problems.append(f"no DSN reported the 550 for {rcpt}")
                 if (item, rcpt) not in failed_550:

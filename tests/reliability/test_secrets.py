@@ -199,21 +199,56 @@ def test_django_masks_a_nested_relay_password_in_its_error_reports(settings: Any
         assert leaks(RELAY_PASSWORD, report_text(exc)) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="finding: Django's SafeExceptionReporterFilter hides settings by NAME (API|TOKEN|KEY|SECRET|PASS|"
-    "SIGNATURE); MAILQUEUE['STORE']['OPTIONS']['url'] is named 'url', so a Redis URL's password is printed in "
-    "every DEBUG 500 page and error email; the package ships no reporter filter that masks URL passwords and the "
-    "docs do not warn (fix: a filter, e.g. django_mailqueue.debug.SafeExceptionReporterFilter, or the cache alias)",
-)
-def test_a_redis_url_password_is_masked_in_django_error_reports(settings: Any) -> None:
+def report_text_with(filter_class: type[SafeExceptionReporterFilter], exc: BaseException) -> str:
+    reporter = ExceptionReporter(None, type(exc), exc, exc.__traceback__)
+    reporter.filter = filter_class()
+    return reporter.get_traceback_text()
+
+
+def redis_store_settings(url: str, **options: Any) -> dict[str, Any]:
+    return {"STORE": {"BACKEND": "django_mailqueue.stores.redis.RedisStore",
+                      "OPTIONS": {"url": url, "key_prefix": "rel:", **options}}}
+
+
+def test_django_alone_prints_a_redis_url_password_so_the_check_warns(settings: Any) -> None:
+    """The finding: Django hides settings by name, and `url` is not a secret-looking name."""
+    from django_mailqueue.checks import check_url_password_in_error_reports
+
     url = f"redis://:{REDIS_PASSWORD}@127.0.0.1:{free_port()}/0"
-    settings.MAILQUEUE = {"STORE": {"BACKEND": "django_mailqueue.stores.redis.RedisStore",
-                                    "OPTIONS": {"url": url, "key_prefix": "rel:"}}}
+    settings.MAILQUEUE = redis_store_settings(url)
     try:
         raise QueueError("STORE_UNAVAILABLE", "something failed")
     except QueueError as exc:
-        assert leaks(REDIS_PASSWORD, report_text(exc)) == []
+        assert leaks(REDIS_PASSWORD, report_text_with(SafeExceptionReporterFilter, exc)) != []
+    assert [m.id for m in check_url_password_in_error_reports()] == ["mailqueue.W002"]
+    settings.DEFAULT_EXCEPTION_REPORTER_FILTER = "django_mailqueue.debug.SafeExceptionReporterFilter"
+    assert check_url_password_in_error_reports() == []
+
+
+def test_a_redis_url_password_is_masked_in_error_reports_by_the_shipped_filter(settings: Any) -> None:
+    from django_mailqueue.debug import SafeExceptionReporterFilter as MailqueueFilter
+
+    url = f"redis://someone:{REDIS_PASSWORD}@127.0.0.1:{free_port()}/0"
+    settings.MAILQUEUE = redis_store_settings(url)
+    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+                       "queue": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": url}}
+    try:
+        raise QueueError("STORE_UNAVAILABLE", f"something failed at {url.split('@')[1]}")
+    except QueueError as exc:
+        text = report_text_with(MailqueueFilter, exc)  # the frame above holds `url` as a local, too
+    assert leaks(REDIS_PASSWORD, text) == []
+    assert "redis://someone:********************@127.0.0.1" in text  # masked, not dropped: the place stays
+
+
+def test_a_redis_password_given_as_its_own_option_is_hidden_by_django(settings: Any) -> None:
+    from django_mailqueue.checks import check_url_password_in_error_reports
+
+    settings.MAILQUEUE = redis_store_settings(f"redis://127.0.0.1:{free_port()}/0", password=REDIS_PASSWORD)
+    try:
+        raise QueueError("STORE_UNAVAILABLE", "something failed")
+    except QueueError as exc:
+        assert leaks(REDIS_PASSWORD, report_text_with(SafeExceptionReporterFilter, exc)) == []
+    assert check_url_password_in_error_reports() == []
 
 
 # --- the Redis URL --------------------------------------------------------------------------------
@@ -260,6 +295,23 @@ def test_a_redis_url_password_never_shows(case: str, secret_redis: PrivateRedis,
     store.close()
     texts += [caplog.text, *error_signals.payloads]
     assert leaks(REDIS_PASSWORD, *texts) == []
+
+
+def test_the_password_option_reaches_redis_and_a_wrong_one_never_shows(secret_redis: PrivateRedis,
+                                                                       caplog: pytest.LogCaptureFixture) -> None:
+    from django_mailqueue.stores.redis import RedisStore
+
+    caplog.set_level(logging.DEBUG)
+    url = f"redis://127.0.0.1:{secret_redis.port}/0"
+    right = RedisStore({"url": url, "password": secret_redis.password, "key_prefix": "rel-pw-option:"})
+    assert right.count() == 0  # authenticated
+    right.close()
+    wrong = RedisStore({"url": url, "password": REDIS_PASSWORD, "key_prefix": "rel-pw-option:", "socket_timeout": 2})
+    with pytest.raises(QueueError) as refused:
+        wrong.count()
+    wrong.close()
+    assert refused.value.code == "STORE_UNAVAILABLE"
+    assert leaks(REDIS_PASSWORD, *exception_texts(refused.value), caplog.text, repr(wrong)) == []
 
 
 class _NoDelivery:
