@@ -96,9 +96,15 @@ class OrmStore(QueueStore):
         return connections[self.alias]
 
     @contextlib.contextmanager
-    def _write(self, *, join: bool = False) -> Iterator[BaseDatabaseWrapper]:
+    def _write(self, *, join: bool = False, durable: bool = True) -> Iterator[BaseDatabaseWrapper]:
         """A transaction for a write: the caller's (with a savepoint) when `join` and
-        one is open, else the store's own, at READ COMMITTED on PostgreSQL."""
+        one is open, else the store's own, at READ COMMITTED on PostgreSQL.
+
+        `durable=False` (claims and renewals, on PostgreSQL): the commit does not wait
+        for the WAL flush. A server crash may then forget the last fraction of a second
+        of leases — the item looks unleased, its worker's renewal or outcome is refused
+        (LEASE_LOST), as for a lease that expired — but never an add or an outcome.
+        """
         conn = self._connection
         try:
             if join and conn.in_atomic_block:
@@ -110,7 +116,7 @@ class OrmStore(QueueStore):
             with transaction.atomic(using=self.alias):
                 if conn.vendor == "postgresql" and not _nested(conn):
                     with conn.cursor() as cursor:
-                        cursor.execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+                        cursor.execute(_READ_COMMITTED if durable else _READ_COMMITTED_LEASE)
                 yield conn
         except QueueError:
             raise
@@ -272,14 +278,14 @@ class OrmStore(QueueStore):
             return []
         now_us, expires_us = to_micros(now), to_micros(lease_expires)
         lanes: Sequence[str | None] = list(queues) if queues else [None]
-        with self._write() as conn:
+        with self._write(durable=False) as conn:
             seqs: builtins.list[int] = []
             for lane in lanes:
                 wanted = limit - len(seqs)
                 if wanted <= 0:
                     break
-                if conn.vendor == "sqlite":
-                    seqs.extend(self._claim_sqlite(conn, lane, owner, now_us, expires_us, wanted))
+                if conn.vendor in ("sqlite", "postgresql"):
+                    seqs.extend(self._claim_returning(conn, lane, owner, now_us, expires_us, wanted))
                 else:
                     seqs.extend(self._claim_locked(lane, owner, now_us, expires_us, wanted))
             if not seqs:
@@ -315,17 +321,21 @@ class OrmStore(QueueStore):
             )
         return taken
 
-    def _claim_sqlite(
+    def _claim_returning(
         self, conn: BaseDatabaseWrapper, lane: str | None, owner: str, now_us: int, expires_us: int, limit: int
     ) -> builtins.list[int]:
+        """One statement: the earliest due rows taken and leased. On PostgreSQL the inner
+        SELECT locks them with SKIP LOCKED, so concurrent claimers pass each other by;
+        SQLite has one writer at a time."""
         table = QueuedItem._meta.db_table
         lane_sql, params = ("AND queue = %s", [lane]) if lane is not None else ("", [])
+        locking = " FOR UPDATE SKIP LOCKED" if conn.vendor == "postgresql" else ""
         sql = (
             f"UPDATE {table} SET owner = %s, lease_expires = %s, revision = revision + 1, "  # noqa: S608
             "reclaims = reclaims + (CASE WHEN owner IS NULL THEN 0 ELSE 1 END) "
             f"WHERE seq IN (SELECT seq FROM {table} WHERE next_attempt <= %s "
             f"AND (lease_expires IS NULL OR lease_expires <= %s) {lane_sql} "
-            "ORDER BY next_attempt, seq LIMIT %s) RETURNING seq"
+            f"ORDER BY next_attempt, seq LIMIT %s{locking}) RETURNING seq"
         )
         with conn.cursor() as cursor:
             cursor.execute(sql, [owner, expires_us, now_us, now_us, *params, limit])
@@ -335,7 +345,7 @@ class OrmStore(QueueStore):
         check_owner(owner)
         if not ids:
             return []
-        with self._write():
+        with self._write(durable=False):
             mine = QueuedItem.objects.using(self.alias).filter(id__in=list(ids), owner=owner)
             mine.update(lease_expires=to_micros(lease_expires))
             held = set(mine.values_list("id", flat=True))
@@ -458,16 +468,46 @@ class OrmStore(QueueStore):
 
     def read_messages(self, item_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, bytes]:
         with self._read():
+            if self._connection.vendor == "postgresql":
+                return self._read_messages_binary(list(item_ids))
             rows = (QueuedMessage.objects.using(self.alias).filter(item__id__in=list(item_ids))
                     .values_list("item__id", "data"))
             return {item_id: bytes(data) for item_id, data in rows}
 
     def read_message(self, item_id: uuid.UUID) -> bytes | None:
-        with self._read():
-            data = (
-                QueuedMessage.objects.using(self.alias).filter(item__id=item_id).values_list("data", flat=True).first()
-            )
-        return bytes(data) if data is not None else None
+        return self.read_messages([item_id]).get(item_id)
+
+    def _read_messages_binary(self, item_ids: builtins.list[uuid.UUID]) -> dict[uuid.UUID, bytes]:
+        """PostgreSQL: the messages in binary format. Django's cursor asks for text, in which
+        a bytea comes as hex — twice the message's size held by libpq besides the bytes."""
+        import psycopg
+
+        conn = self._connection
+        found: dict[uuid.UUID, bytes] = {}
+        with conn.wrap_database_errors:
+            conn.ensure_connection()
+            with psycopg.Cursor(conn.connection) as cursor:
+                # Never prepared: a connection pooler in transaction mode may sit in between.
+                cursor.execute(_READ_MESSAGES, [READ_CHUNK, item_ids], binary=True, prepare=False)
+                large: builtins.list[tuple[uuid.UUID, int, int]] = []
+                for item_id, seq, size, data in cursor.fetchall():
+                    if data is not None:
+                        found[item_id] = data
+                    else:
+                        large.append((item_id, seq, size))
+                # A large message comes in slices: libpq keeps its input buffer as large as
+                # the largest row it ever read, for as long as the connection lives.
+                for item_id, seq, size in large:
+                    parts = []
+                    for start in range(0, size, READ_CHUNK):
+                        cursor.execute(_READ_SLICE, [start + 1, READ_CHUNK, seq], binary=True, prepare=False)
+                        row = cursor.fetchone()
+                        if row is None:
+                            break  # cancelled or finished meanwhile
+                        parts.append(row[0])
+                    else:
+                        found[item_id] = b"".join(parts)
+        return found
 
     def _query(self, query: ItemQuery | None) -> models.QuerySet[QueuedItem]:
         rows = QueuedItem.objects.using(self.alias).all()
@@ -617,6 +657,19 @@ _POSTGRES_ADD = (
     "JOIN (VALUES {message_rows}) AS m(id, data) ON m.id = added.id) "
     "SELECT pg_notify(%s, '')"
 )
+
+
+#: PostgreSQL: messages larger than this are read in slices of this size.
+READ_CHUNK = 1024 * 1024
+_READ_MESSAGES = (
+    "SELECT i.id, m.item_id, octet_length(m.data), "  # noqa: S608 - table names, no input
+    "CASE WHEN octet_length(m.data) <= %s THEN m.data END "
+    f"FROM {QueuedMessage._meta.db_table} m JOIN {QueuedItem._meta.db_table} i ON i.seq = m.item_id "
+    "WHERE i.id = ANY(%s)"
+)
+_READ_SLICE = f"SELECT substring(data FROM %s FOR %s) FROM {QueuedMessage._meta.db_table} WHERE item_id = %s"  # noqa: S608
+_READ_COMMITTED = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED"
+_READ_COMMITTED_LEASE = f"{_READ_COMMITTED}; SET LOCAL synchronous_commit TO OFF"
 
 
 def _nested(conn: BaseDatabaseWrapper) -> bool:

@@ -80,3 +80,23 @@ def test_eight_adders_never_pass_max_items(pg_alias: str, alias: str) -> None:
     counts = _in_threads(8, add)
     assert sum(counts) == 100
     assert OrmStore({"database": "pg"}).count() == 100
+
+
+def test_a_message_larger_than_a_read_slice_comes_back_byte_for_byte(pg_alias: str) -> None:
+    import random
+
+    from django_mailqueue.items import NewItem
+    from django_mailqueue.stores.orm import READ_CHUNK
+
+    store = OrmStore({"database": "pg"})
+    rng = random.Random(7)
+    sizes = [0, 1, READ_CHUNK, READ_CHUNK + 1, 2 * READ_CHUNK + 12345]
+    messages = {size: bytes(rng.getrandbits(8) for _ in range(size)) for size in sizes}
+    items = {size: store.add(NewItem("a@o.test", ("b@d.test",), data), now=T0) for size, data in messages.items()}
+
+    assert store.read_messages([item.id for item in items.values()]) == {
+        item.id: messages[size] for size, item in items.items()}
+    for size, item in items.items():
+        assert store.read_message(item.id) == messages[size]
+    store.cancel(items[READ_CHUNK + 1].id)
+    assert store.read_message(items[READ_CHUNK + 1].id) is None

@@ -18,6 +18,7 @@ from ...history import History, history_alias
 from ...stores import get_store
 from ...worker import Worker
 from ...worker.engine import WorkerStats
+from ...worker.memory import release_large_buffers
 
 
 def _positive(value: str) -> int:
@@ -66,6 +67,7 @@ class Command(BaseCommand):
                 handler = logging.StreamHandler(sys.stderr)
                 handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
                 package_logger.addHandler(handler)
+        release_large_buffers()
         history = None
         if settings.history_days > 0:
             history = History(history_alias(store))
