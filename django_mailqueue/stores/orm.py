@@ -7,6 +7,7 @@ import builtins
 import contextlib
 import logging
 import uuid
+import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
@@ -111,10 +112,12 @@ class OrmStore(QueueStore):
                 with transaction.atomic(using=self.alias, savepoint=True):
                     yield conn
                 return
-            if not conn.in_atomic_block:
+            own = not conn.in_atomic_block
+            if own:
                 drop_if_broken(conn)
+            skip_set = durable and own and conn.vendor == "postgresql" and _read_committed_already(conn)
             with transaction.atomic(using=self.alias):
-                if conn.vendor == "postgresql" and not _nested(conn):
+                if conn.vendor == "postgresql" and not _nested(conn) and not skip_set:
                     with conn.cursor() as cursor:
                         cursor.execute(_READ_COMMITTED if durable else _READ_COMMITTED_LEASE)
                 yield conn
@@ -422,6 +425,12 @@ class OrmStore(QueueStore):
         return list(items.select_for_update())
 
     def _drop(self, seqs: Sequence[int]) -> None:
+        conn = self._connection
+        if conn.vendor == "postgresql":
+            # One statement: Django's foreign keys on PostgreSQL are checked at commit.
+            with conn.cursor() as cursor:
+                cursor.execute(_DROP_POSTGRES, [list(seqs)] * 3)
+            return
         QueuedMessage.objects.using(self.alias).filter(item_id__in=seqs)._raw_delete(self.alias)
         QueuedRecipient.objects.using(self.alias).filter(item_id__in=seqs)._raw_delete(self.alias)
         QueuedItem.objects.using(self.alias).filter(seq__in=seqs)._raw_delete(self.alias)
@@ -670,6 +679,40 @@ _READ_MESSAGES = (
 _READ_SLICE = f"SELECT substring(data FROM %s FOR %s) FROM {QueuedMessage._meta.db_table} WHERE item_id = %s"  # noqa: S608
 _READ_COMMITTED = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED"
 _READ_COMMITTED_LEASE = f"{_READ_COMMITTED}; SET LOCAL synchronous_commit TO OFF"
+
+
+_DROP_POSTGRES = (
+    f"WITH m AS (DELETE FROM {QueuedMessage._meta.db_table} WHERE item_id = ANY(%s)), "  # noqa: S608 - no input
+    f"r AS (DELETE FROM {QueuedRecipient._meta.db_table} WHERE item_id = ANY(%s)) "
+    f"DELETE FROM {QueuedItem._meta.db_table} WHERE seq = ANY(%s)"
+)
+
+#: psycopg 3 connections known to run their transactions at READ COMMITTED anyway.
+_READ_COMMITTED_CONNECTIONS: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+
+
+def _read_committed_already(conn: BaseDatabaseWrapper) -> bool:
+    """Whether a transaction on `conn` starts at READ COMMITTED without being told (asked
+    once per connection, outside a transaction), so the SET can be spared."""
+    try:
+        import psycopg
+    except ImportError:  # psycopg2: always SET
+        return False
+    conn.ensure_connection()
+    raw = conn.connection
+    if not isinstance(raw, psycopg.Connection):
+        return False
+    known = _READ_COMMITTED_CONNECTIONS.get(raw)
+    if known is None:
+        if raw.isolation_level is not None:
+            known = raw.isolation_level == psycopg.IsolationLevel.READ_COMMITTED
+        else:
+            with conn.cursor() as cursor:
+                cursor.execute("SHOW default_transaction_isolation")
+                row = cursor.fetchone()
+            known = row is not None and row[0] == "read committed"
+        _READ_COMMITTED_CONNECTIONS[raw] = known
+    return known and raw.isolation_level in (None, psycopg.IsolationLevel.READ_COMMITTED)
 
 
 def _nested(conn: BaseDatabaseWrapper) -> bool:

@@ -125,7 +125,7 @@ class Worker:
         self.owner = owner or default_owner()
         self.queues = list(queues) if queues else None
         self.concurrency = concurrency or settings.concurrency
-        self.prefetch = prefetch if prefetch is not None else max(1, self.concurrency // 4)
+        self.prefetch = prefetch if prefetch is not None else max(1, self.concurrency // 2)
         self.once = once
         self.history = history
         self.rng = rng or random.Random()
@@ -178,7 +178,9 @@ class Worker:
             self._start_waiting()
             room = self.concurrency + self.prefetch - len(self._held)
             claimed: list[QueueItem] = []
-            if room > 0 and len(self._waiting) < self.prefetch + 1:
+            # Claim in batches (half the prefetch at least) unless nothing is left waiting:
+            # a claim per finished attempt would cost a store round trip per message.
+            if room > 0 and (not self._waiting or room >= max(1, self.prefetch // 2)):
                 claimed = await self._claim(room)
                 self._start_waiting()
             if claimed:

@@ -100,3 +100,16 @@ def test_a_message_larger_than_a_read_slice_comes_back_byte_for_byte(pg_alias: s
         assert store.read_message(item.id) == messages[size]
     store.cancel(items[READ_CHUNK + 1].id)
     assert store.read_message(items[READ_CHUNK + 1].id) is None
+
+
+@pytest.mark.parametrize("alias", ["pg", "pg_serializable"])
+@pytest.mark.parametrize("durable", [True, False], ids=["outcome", "lease"])
+def test_every_write_runs_at_read_committed_and_only_leases_skip_the_flush(
+        pg_alias: str, alias: str, durable: bool) -> None:
+    store = OrmStore({"database": alias})
+    for _ in range(2):  # the second time on a connection whose default is known
+        with store._write(durable=durable) as conn, conn.cursor() as cursor:
+            cursor.execute("SHOW transaction_isolation")
+            assert cursor.fetchone()[0] == "read committed"
+            cursor.execute("SHOW synchronous_commit")
+            assert cursor.fetchone()[0] == ("on" if durable else "off")
