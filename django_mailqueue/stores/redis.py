@@ -23,6 +23,7 @@ import redis.asyncio.client
 from ..clock import from_micros, to_micros
 from ..exceptions import QueueError
 from ..items import (
+    CompleteRequest,
     Completion,
     ItemQuery,
     NewItem,
@@ -489,6 +490,55 @@ class RedisStore(QueueStore):
 
         return await self._ado(work)
 
+    async def acomplete_many(
+        self, requests: Sequence[CompleteRequest]
+    ) -> builtins.list[QueueItem | None | QueueError]:
+        """Two round trips for the whole batch: the items read in one pipeline, then each
+        item's COMPLETE script (atomic on its own, as `complete`) in another."""
+        for request in requests:
+            check_owner(request.owner)
+            check_completion(request.completion)
+        if not requests:
+            return []
+        keys = [self.keys.leases, self.keys.items, self.keys.queues]
+
+        async def work(client: AsyncClient[bytes]) -> builtins.list[QueueItem | None | QueueError]:
+            reading = client.pipeline(transaction=False)
+            for request in requests:
+                reading.execute_command("HGETALL", self.keys.item(request.item_id))
+            raws = await reading.execute()
+            answers: builtins.list[QueueItem | None | QueueError] = []
+            calls: builtins.list[tuple[int, QueueItem, builtins.list[scripts.Arg]]] = []
+            for index, (request, raw) in enumerate(zip(requests, raws, strict=True)):
+                try:
+                    call = self._complete_call(request.item_id, request.owner, request.revision,
+                                               request.completion, raw)
+                except QueueError as exc:
+                    answers.append(exc)
+                    continue
+                answers.append(None)
+                if call is not None:
+                    calls.append((index, *call))
+            if not calls:
+                return answers
+            writing = client.pipeline(transaction=False)
+            for _, _, args in calls:
+                writing.execute_command("EVALSHA", scripts.COMPLETE.sha, len(keys), *keys, *args)
+            replies = await writing.execute(raise_on_error=False)
+            for (index, after, args), reply in zip(calls, replies, strict=True):
+                if isinstance(reply, redis.exceptions.NoScriptError):
+                    reply = await scripts.COMPLETE.arun(client, keys, args)  # Redis forgot it: EVAL
+                elif isinstance(reply, Exception):
+                    raise reply
+                request = requests[index]
+                try:
+                    answers[index] = self._completed(request.item_id, request.owner, after, reply)
+                except QueueError as exc:
+                    answers[index] = exc
+            return answers
+
+        return await self._ado(work)
+
     # --- rescheduling, cancelling ----------------------------------------------------------
 
     def _reschedule_args(self, item_id: uuid.UUID, at: datetime, owner: str | None) -> builtins.list[scripts.Arg]:
@@ -534,6 +584,24 @@ class RedisStore(QueueStore):
             return _to_item_or_none(await _ahgetall(client, self.keys.item(item_id)))
 
         return await self._ado(work)
+
+    def read_messages(self, item_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, bytes]:
+        if not item_ids:
+            return {}
+        keys = [self.keys.message(item_id) for item_id in item_ids]
+        found = self._do(lambda client: client.execute_command("MGET", *keys))
+        return {item_id: bytes(raw) for item_id, raw in zip(item_ids, found, strict=True) if raw is not None}
+
+    async def aread_messages(self, item_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, bytes]:
+        if not item_ids:
+            return {}
+        keys = [self.keys.message(item_id) for item_id in item_ids]
+
+        async def work(client: AsyncClient[bytes]) -> Any:
+            return await client.execute_command("MGET", *keys)  # type: ignore[no-untyped-call]
+
+        found = await self._ado(work)
+        return {item_id: bytes(raw) for item_id, raw in zip(item_ids, found, strict=True) if raw is not None}
 
     def read_message(self, item_id: uuid.UUID) -> bytes | None:
         return self._do(lambda client: _bytes_or_none(client.execute_command("GET", self.keys.message(item_id))))

@@ -395,6 +395,24 @@ async def test_script_flush_between_calls_async(store: RedisStore, admin: redis.
         await store.aclose()
 
 
+async def test_script_flush_before_a_batch_of_completions(store: RedisStore, admin: redis.Redis) -> None:
+    from django_mailqueue.items import CompleteRequest
+
+    try:
+        added = [await store.aadd(new_item(), now=T0) for _ in range(3)]
+        claimed = await store.aclaim(owner="w", now=T0, lease_expires=at(60), limit=3)
+        admin.script_flush()
+        done = Completion((outcome("rcpt@example.org", RecipientState.DELIVERED),), next_attempt=at(1))
+        answers = await store.acomplete_many(
+            [CompleteRequest(item.id, "w", item.revision, done) for item in claimed]
+            + [CompleteRequest(claimed[0].id, "w", claimed[0].revision, done)])  # a stale repeat: gone by then
+        assert [a.done for a in answers[:3]] == [True, True, True]  # type: ignore[union-attr]
+        assert answers[3] is None
+        assert {i.id for i in claimed} == {i.id for i in added} and await store.acount() == 0
+    finally:
+        await store.aclose()
+
+
 # --- damage done by hand --------------------------------------------------------------------------------------
 
 
