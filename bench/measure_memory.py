@@ -1,9 +1,8 @@
 """Peak RSS of our worker delivering big messages (default 50 × 10 MiB at CONCURRENCY 20), per store.
 
-The engine has no in-flight byte budget setting yet: the report puts the
-peak RSS next to CONCURRENCY × message size (what may be in flight at once)
-and next to the budget once a MAILQUEUE key for it exists (`driver info`
-looks for one).
+The report puts the peak RSS next to CONCURRENCY × message size (what could
+be in flight without a budget) and next to `MAILQUEUE["MAX_BYTES_IN_FLIGHT"]`
+(`driver info` reads it), the budget the target is set against.
 """
 
 from __future__ import annotations
