@@ -365,3 +365,19 @@ async def test_queues_in_order_of_preference(clock: FakeClock) -> None:
     ).run()
     assert [c.recipients[0] for c in deliverer.calls] == ["urgent@example.org"] * 2 + ["bulk@example.org"] * 2
     assert store.count() == 1
+
+
+async def test_a_lost_reply_after_data_is_told_and_logged(
+        recorder: Recorder, clock: FakeClock, caplog: pytest.LogCaptureFixture) -> None:
+    from django_mailqueue.testing.fakes import GREYLISTED
+
+    store = MemoryStore()
+    item = add(store, clock)
+    deliverer = ScriptedDeliverer(script={"b@example.org": [GREYLISTED]}, lost_after_data=frozenset({"b@example.org"}))
+    caplog.set_level("WARNING", logger="django_mailqueue")
+    await make_worker(store, clock, deliverer).run()
+    errors = [kwargs["error"] for name, kwargs in recorder.events if name == "error"]
+    assert [e.code for e in errors] == ["REPLY_LOST"] and "b@example.org" in errors[0].message
+    stored = store.get(item.id)
+    assert stored is not None and stored.pending  # tried again later: a duplicate is possible, a loss is not
+    assert any(r.getMessage().startswith(f"error item={stored.id} REPLY_LOST: ") for r in caplog.records)
