@@ -4,20 +4,42 @@ from __future__ import annotations
 
 from typing import Any
 
+from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.remote.webelement import WebElement
-from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
 
 TIMEOUT = 15
+
+
+def _replaced(old: WebElement) -> Any:
+    """A wait condition: `old` no longer belongs to the document.
+
+    Selenium's `staleness_of` knows only StaleElementReferenceException; while the
+    page is being replaced, ChromeDriver may instead answer "Node with given id does
+    not belong to the document" (a plain WebDriverException), which means the same.
+    """
+
+    def check(_: WebDriver) -> bool:
+        try:
+            old.is_enabled()
+        except StaleElementReferenceException:
+            return True
+        except WebDriverException as exc:
+            if "does not belong to the document" in str(exc):
+                return True
+            raise
+        return False
+
+    return check
 
 
 def wait_for_new_page(browser: WebDriver, click: WebElement) -> None:
     """Click `click` and wait until the page it leads to has replaced this one."""
     old = browser.find_element(By.TAG_NAME, "html")
     click.click()
-    WebDriverWait(browser, TIMEOUT, poll_frequency=0.02).until(expected_conditions.staleness_of(old))
+    WebDriverWait(browser, TIMEOUT, poll_frequency=0.02).until(_replaced(old))
     WebDriverWait(browser, TIMEOUT, poll_frequency=0.02).until(
         lambda b: b.execute_script("return document.readyState") == "complete"
     )
