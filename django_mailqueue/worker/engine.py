@@ -67,6 +67,15 @@ class _Attempt:
     lease_expires: datetime | None = None
 
 
+@dataclass
+class _Retry:
+    """A store write tried again while the store is out of reach and the lease holds."""
+
+    delay: float = 0.2
+    #: the outage was told — and an earlier try may have been applied, its answer lost
+    told: bool = False
+
+
 #: Messages up to this size are read in one call right after the claim; larger ones when their attempt starts.
 PREFETCH_SIZE = 256 * 1024
 
@@ -542,38 +551,45 @@ class Worker:
     async def _complete(self, attempt: _Attempt, completion: Completion) -> QueueItem | None | Literal[False]:
         """Record the outcome; while the store is out of reach, try again as long as the lease
         holds. False when nothing could be recorded (the error is told)."""
-        item, delay, told = attempt.item, 0.2, False
+        item, retry = attempt.item, _Retry()
         while True:
             try:
                 answer = await self._completions.submit(CompleteRequest(item.id, self.owner, item.revision, completion))
                 if isinstance(answer, QueueError):
                     raise answer
-                if answer is None and told:
+                if answer is None and retry.told:
                     return self._landed_before(item, completion)
                 return answer
             except QueueError as exc:
-                if exc.code == "LEASE_LOST" and told:
+                if exc.code == "LEASE_LOST" and retry.told:
                     landed = await self._landed_before_lease_lost(item, completion)
                     if landed is not None:
                         return landed
-                lease = attempt.lease_expires or item.lease_expires
-                if (
-                    exc.code == "STORE_UNAVAILABLE"
-                    and not attempt.lost
-                    and lease is not None
-                    and self.clock.now() + timedelta(seconds=delay) < lease
-                ):
-                    if not told:
-                        await self._error(exc, item.id)
-                        told = True
-                    await asyncio.sleep(delay)
-                    delay = min(delay * 2, 2.0)
+                if await self._pause_to_retry(attempt, exc, retry):
                     continue
                 if exc.code == "LEASE_LOST":
                     self.stats.leases_lost += 1
-                if not told or exc.code != "STORE_UNAVAILABLE":
+                if not retry.told or exc.code != "STORE_UNAVAILABLE":
                     await self._error(exc, item.id)
                 return False
+
+    async def _pause_to_retry(self, attempt: _Attempt, exc: QueueError, retry: _Retry) -> bool:
+        """After a failed store write: when the store is out of reach and the lease will still hold
+        after the pause, tell the outage (once), pause (doubling up to 2 s) and say True."""
+        lease = attempt.lease_expires or attempt.item.lease_expires
+        if (
+            exc.code != "STORE_UNAVAILABLE"
+            or attempt.lost
+            or lease is None
+            or self.clock.now() + timedelta(seconds=retry.delay) >= lease
+        ):
+            return False
+        if not retry.told:
+            await self._error(exc, attempt.item.id)
+            retry.told = True
+        await asyncio.sleep(retry.delay)
+        retry.delay = min(retry.delay * 2, 2.0)
+        return True
 
     def _landed_before(self, item: QueueItem, completion: Completion) -> QueueItem:
         """The item as an earlier try of this completion left it.
@@ -641,32 +657,20 @@ class Worker:
         "refused": the store said no (a full queue, …): DSN_FAILED is told and the outcome
         is recorded all the same. "unreachable": the store stayed out of reach.
         """
-        item, delay, told = attempt.item, 0.2, False
+        item, retry = attempt.item, _Retry()
         while True:
             try:
                 # A try that failed may have been applied (its answer lost): never add it twice.
-                if told and await self.store.aget(dsn.id) is not None:
+                if retry.told and await self.store.aget(dsn.id) is not None:
                     return "queued"
                 await self.store.aadd(dsn, now=now)
                 return "queued"
             except QueueError as exc:
-                lease = attempt.lease_expires or item.lease_expires
-                unreachable = exc.code == "STORE_UNAVAILABLE"
-                if (
-                    unreachable
-                    and not attempt.lost
-                    and lease is not None
-                    and self.clock.now() + timedelta(seconds=delay) < lease
-                ):
-                    if not told:
-                        await self._error(exc, item.id)
-                        told = True
-                    await asyncio.sleep(delay)
-                    delay = min(delay * 2, 2.0)
+                if await self._pause_to_retry(attempt, exc, retry):
                     continue
                 why = f"the {kind} DSN for {item.id} could not be queued: {exc.message}"
                 await self._error(QueueError("DSN_FAILED", why, item_id=item.id), item.id)
-                return "unreachable" if unreachable else "refused"
+                return "unreachable" if exc.code == "STORE_UNAVAILABLE" else "refused"
 
     async def _drop_dsns(self, dsns: Sequence[tuple[DsnKind, NewItem, list[Recipient]]]) -> None:
         """Take back DSNs queued for an outcome that was not recorded after all."""

@@ -48,7 +48,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from .smtp_server import free_port
+from .smtp_server import LoopThreadServer, free_port
 
 FAULT_KINDS = (
     "refuse",
@@ -128,13 +128,15 @@ def message_id_of(data: bytes) -> str:
     return " ".join(value.decode("utf-8", "replace").split())
 
 
-class FaultySmtpServer:
+class FaultySmtpServer(LoopThreadServer):
     """The server: `start()`, `stop()`; what it saw in `accepted`, `faults`, `connections`.
 
     `stall_seconds` is how long a stalled MAIL waits before closing (longer than
     the client's MAIL timeout); `trickle_interval` the pause between the bytes
     of a trickled reply.
     """
+
+    thread_name = "faulty-smtp"
 
     def __init__(
         self,
@@ -339,45 +341,8 @@ class FaultySmtpServer:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 5)
 
-    def start(self) -> FaultySmtpServer:
-        ready = threading.Event()
-        errors: list[BaseException] = []
-
-        def run() -> None:
-            loop = asyncio.new_event_loop()
-            self._loop = loop
-            try:
-                self._server = loop.run_until_complete(
-                    asyncio.start_server(self._track, self.host, self.port, limit=READ_LIMIT, backlog=512)
-                )
-            except BaseException as exc:  # noqa: BLE001 - handed to the starting thread
-                errors.append(exc)
-                ready.set()
-                loop.close()
-                return
-            ready.set()
-            loop.run_forever()
-            loop.run_until_complete(self._shutdown())
-            loop.close()
-
-        self._thread = threading.Thread(target=run, name=f"faulty-smtp-{self.port}", daemon=True)
-        self._thread.start()
-        ready.wait(10)
-        if errors:
-            raise errors[0]
-        return self
-
-    def stop(self) -> None:
-        if self._loop is not None and self._thread is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(timeout=10)
-        self._thread = None
-
-    def __enter__(self) -> FaultySmtpServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    async def _listen(self) -> asyncio.AbstractServer:
+        return await asyncio.start_server(self._track, self.host, self.port, limit=READ_LIMIT, backlog=512)
 
 
 def _between_brackets(command: bytes) -> str:

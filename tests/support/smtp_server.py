@@ -25,7 +25,7 @@ import socket
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 import pytest
 from aiosmtpd.controller import Controller
@@ -324,7 +324,66 @@ DEFAULT_REPLIES: dict[str, Action] = {
 }
 
 
-class ScriptedSmtpServer:
+class LoopThreadServer:
+    """An asyncio server on an event loop in a thread of its own: `start`, `stop`, and a context manager.
+
+    A subclass sets `host`, `port`, `_loop`, `_server` and `_thread` (None) in its `__init__`,
+    opens its listener in `_listen` and closes it (and its connections) in `_shutdown`.
+    """
+
+    host: str
+    port: int
+    thread_name = "smtp-server"
+    _loop: asyncio.AbstractEventLoop | None
+    _server: asyncio.AbstractServer | None
+    _thread: threading.Thread | None
+
+    async def _listen(self) -> asyncio.AbstractServer:
+        raise NotImplementedError
+
+    async def _shutdown(self) -> None:
+        raise NotImplementedError
+
+    def start(self) -> Self:
+        ready = threading.Event()
+        errors: list[BaseException] = []
+
+        def run() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            try:
+                self._server = loop.run_until_complete(self._listen())
+            except BaseException as exc:  # noqa: BLE001 - handed to the starting thread
+                errors.append(exc)
+                ready.set()
+                loop.close()
+                return
+            ready.set()
+            loop.run_forever()
+            loop.run_until_complete(self._shutdown())
+            loop.close()
+
+        self._thread = threading.Thread(target=run, name=f"{self.thread_name}-{self.port}", daemon=True)
+        self._thread.start()
+        ready.wait(10)
+        if errors:
+            raise errors[0]
+        return self
+
+    def stop(self) -> None:
+        if self._loop is not None and self._thread is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=10)
+        self._thread = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class ScriptedSmtpServer(LoopThreadServer):
     """A raw SMTP server answering from a script; records the bytes it got.
 
     `replies` overrides `DEFAULT_REPLIES` by verb ("EHLO", "MAIL", "RCPT",
@@ -457,43 +516,8 @@ class ScriptedSmtpServer:
         if self._server is not None:
             await self._server.wait_closed()
 
-    def start(self) -> ScriptedSmtpServer:
-        ready = threading.Event()
-        errors: list[BaseException] = []
-
-        def run() -> None:
-            loop = asyncio.new_event_loop()
-            self._loop = loop
-            try:
-                self._server = loop.run_until_complete(asyncio.start_server(self._track, self.host, self.port))
-            except BaseException as exc:
-                errors.append(exc)
-                ready.set()
-                loop.close()
-                return
-            ready.set()
-            loop.run_forever()
-            loop.run_until_complete(self._shutdown())
-            loop.close()
-
-        self._thread = threading.Thread(target=run, daemon=True)
-        self._thread.start()
-        ready.wait(10)
-        if errors:
-            raise errors[0]
-        return self
-
-    def stop(self) -> None:
-        if self._loop is not None and self._thread is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(timeout=10)
-        self._thread = None
-
-    def __enter__(self) -> ScriptedSmtpServer:
-        return self.start()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
+    async def _listen(self) -> asyncio.AbstractServer:
+        return await asyncio.start_server(self._track, self.host, self.port)
 
 
 def auth_echo(line: bytes) -> bytes:
