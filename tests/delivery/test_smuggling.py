@@ -81,3 +81,38 @@ def test_to_wire_is_stuffed_once() -> None:
     once = to_wire(b"a\r\n.b\r\n")
     assert once == b"a\r\n..b\r\n.\r\n"
     assert once.count(b"..") == 1
+
+
+@pytest.mark.parametrize("size", [2_000, 64 * 1024 - 10, 64 * 1024, 200_000])
+async def test_the_end_of_data_mark_travels_with_the_last_block(
+        size: int, dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Written on its own, ".\r\n" reaches a server as a second small segment, which some
+    # servers (Postfix's smtp-sink) answer only after their delayed ACK: ~40 ms a message.
+    import asyncio.selector_events
+    import threading
+
+    mx_domain(dns_server, "example.test", "127.0.0.2")
+    server = smtp_servers.scripted("127.0.0.2")
+    client_thread = threading.get_ident()
+    writes: list[bytes] = []
+    transport = asyncio.selector_events._SelectorSocketTransport  # type: ignore[attr-defined]
+    original_write = transport.write
+
+    def write(self: object, data: bytes) -> None:
+        if threading.get_ident() == client_thread:
+            writes.append(bytes(data))
+        original_write(self, data)
+
+    monkeypatch.setattr(transport, "write", write)
+    body = (b"y" * 76 + b"\r\n") * (size // 78 + 1)
+    message = HEAD + body[: size - len(HEAD) - 2] + b"\r\n"
+
+    result = await Deliverer(make_settings()).deliver("sender@origin.test", ["b@example.test"], message)
+
+    assert result.outcomes[0].state is RecipientState.DELIVERED
+    assert b".\r\n" not in writes
+    (last,) = [w for w in writes if w.endswith(b"\r\n.\r\n")]
+    assert len(last) > len(b"\r\n.\r\n")
+    (wire,) = server.data
+    assert wire == to_wire(message)
