@@ -263,7 +263,12 @@ class Context:
     # --- helpers ----------------------------------------------------------------------
 
     def available(self, configs: Sequence[Config]) -> list[Config]:
-        return [c for c in configs if c.store != "redis" or self.redis_status[0] == "ok"]
+        libs = getattr(self.args, "libs", None)
+        return [
+            c
+            for c in configs
+            if (c.store != "redis" or self.redis_status[0] == "ok") and (not libs or c.lib in libs.split(","))
+        ]
 
     def check_redis_store(self) -> None:
         """Is our Redis store there yet? If not, its rows are marked pending, not failed."""

@@ -35,7 +35,7 @@ def plans(ctx: Context) -> list[tuple[str, Config, int]]:
     for cfg in ctx.available(OURS):
         out.append(("deliver.2", cfg, 2))
         out.append(("deliver.4", cfg, 4))
-    out += [("deliver.2", PO_SQLITE, 2), ("deliver.2", PO_PG, 2)]
+    out += [("deliver.2", cfg, 2) for cfg in ctx.available([PO_SQLITE, PO_PG])]
     return out
 
 

@@ -54,6 +54,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--big-concurrency", type=int, default=20, help="CONCURRENCY for the memory run")
     p.add_argument("--only", default=",".join(STEPS), help=f"comma-separated steps of {', '.join(STEPS)}")
     p.add_argument("--profile-rate", type=int, default=200, help="py-spy samples per second")
+    p.add_argument(
+        "--libs",
+        default="",
+        help="a development aid: only these of ours,mailer,postoffice (comma-separated); the report then lacks "
+        "the others' rows, so a full run never uses it",
+    )
     p.add_argument("--keep", action="store_true", help="keep the servers' data directory")
     p.add_argument("--note", default=os.environ.get("BENCH_NOTE", ""), help="a line for RESULTS.md")
     p.add_argument(

@@ -65,6 +65,8 @@ class _Attempt:
     cost: int = 0
     #: when the lease ends, as last claimed or renewed
     lease_expires: datetime | None = None
+    #: the SMTP part is over and its slot free: the outcome is being recorded
+    recording: bool = False
 
 
 @dataclass
@@ -78,6 +80,11 @@ class _Retry:
 
 #: Messages up to this size are read in one call right after the claim; larger ones when their attempt starts.
 PREFETCH_SIZE = 256 * 1024
+
+#: How long an outcome (or a history row) waits for others' company before its store call, while other
+#: attempts are still delivering: fewer, larger batches cost far less CPU per message. The attempt's
+#: `CONCURRENCY` slot is already free by then, so the wait does not slow delivery.
+RECORD_LINGER = 0.02
 
 
 @dataclass
@@ -143,12 +150,19 @@ class Worker:
         self._held: dict[uuid.UUID, _Attempt] = {}
         self._waiting: deque[_Attempt] = deque()
         self._running: set[asyncio.Task[None]] = set()
+        #: attempts in their SMTP part (at most `concurrency`), and those recording their outcome
+        self._delivering = 0
+        self._recording = 0
+        #: set when a slot frees or an attempt ends: the loop may start or claim more
+        self._changed = asyncio.Event()
         self._wake: asyncio.Task[bool] | None = None
         self._bytes_in_flight = 0
         self._completions: Batcher[CompleteRequest, QueueItem | None | QueueError] = Batcher(
-            self.store.acomplete_many, limit=100
+            self.store.acomplete_many, limit=100, linger=RECORD_LINGER, more_coming=self._more_coming
         )
-        self._history: Batcher[HistoryEntry, None] = Batcher(self._write_history, limit=500)
+        self._history: Batcher[HistoryEntry, None] = Batcher(
+            self._write_history, limit=500, linger=RECORD_LINGER, more_coming=self._more_coming
+        )
 
     @property
     def lease(self) -> timedelta:
@@ -182,10 +196,21 @@ class Worker:
                 await self.history.aclose()
         return self.stats
 
+    def _more_coming(self) -> bool:
+        """Other attempts are delivering, so more outcomes will be ready soon."""
+        return self._delivering > 0
+
+    def _room(self) -> int:
+        """How many more items to claim: slots and prefetch not taken by items waiting or delivering —
+        and, however many outcomes are being recorded (a slow store), never more than twice that held."""
+        busy = len(self._held) - self._recording
+        return min(self.concurrency + self.prefetch - busy, 2 * (self.concurrency + self.prefetch) - len(self._held))
+
     async def _loop(self) -> None:
         while not self._stopping.is_set():
+            self._changed.clear()
             self._start_waiting()
-            room = self.concurrency + self.prefetch - len(self._held)
+            room = self._room()
             claimed: list[QueueItem] = []
             # Claim in batches (half the prefetch at least) unless nothing is left waiting:
             # a claim per finished attempt would cost a store round trip per message.
@@ -225,7 +250,12 @@ class Worker:
         return claimed
 
     def _start_waiting(self) -> None:
-        while self._waiting and len(self._running) < self.concurrency and not self._stopping.is_set():
+        while (
+            self._waiting
+            and self._delivering < self.concurrency
+            and len(self._running) < 2 * self.concurrency
+            and not self._stopping.is_set()
+        ):
             attempt = self._waiting[0]
             if attempt.lost:
                 self._waiting.popleft()
@@ -238,16 +268,32 @@ class Worker:
             self._waiting.popleft()
             attempt.cost = cost
             self._bytes_in_flight += cost
+            self._delivering += 1
             task = asyncio.create_task(self._attempt(attempt), name=f"mailqueue-attempt-{attempt.item.id}")
             attempt.task = task
             self._running.add(task)
-            task.add_done_callback(self._running.discard)
+            task.add_done_callback(self._attempt_ended)
+
+    def _attempt_ended(self, task: asyncio.Task[None]) -> None:
+        self._running.discard(task)
+        self._changed.set()
+
+    def _end_delivery(self, attempt: _Attempt) -> None:
+        """The attempt's SMTP part is over: free its slot and its bytes; its outcome is recorded next."""
+        if attempt.recording:
+            return
+        attempt.recording = True
+        self._delivering -= 1
+        self._recording += 1
+        self._bytes_in_flight -= attempt.cost
+        attempt.cost, attempt.message = 0, None
+        self._changed.set()
 
     async def _idle(self, can_claim: bool) -> None:
         """Wait for an attempt to end, or (with room to claim) for new mail or the poll interval."""
-        waits: set[asyncio.Future[Any]] = set(self._running)
+        changed = asyncio.ensure_future(self._changed.wait())
         stop = asyncio.ensure_future(self._stopping.wait())
-        waits.add(stop)
+        waits: set[asyncio.Future[Any]] = {changed, stop}
         if can_claim:
             if self._wake is None or self._wake.done():
                 self._wake = asyncio.ensure_future(self.store.await_added(self.settings.poll_interval))
@@ -256,6 +302,7 @@ class Worker:
             await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         finally:
             stop.cancel()
+            changed.cancel()
 
     async def _sleep(self, seconds: float) -> None:
         with contextlib.suppress(asyncio.TimeoutError):
@@ -337,8 +384,8 @@ class Worker:
         finally:
             if self._held.get(item.id) is attempt:
                 del self._held[item.id]
-            self._bytes_in_flight -= attempt.cost
-            attempt.cost, attempt.message = 0, None
+            self._end_delivery(attempt)
+            self._recording -= 1
 
     async def _deliver_item(self, attempt: _Attempt) -> None:
         item = attempt.item
@@ -353,8 +400,9 @@ class Worker:
             )
             outcomes = tuple(RecipientOutcome(r.address, RecipientState.FAILED, reply) for r in pending)
             original = attempt.message if attempt.prefetched else await self.store.aread_message(item.id)
+            headers = self._end_delivery_keeping_headers(attempt, outcomes, original)
             await self._record(
-                attempt, outcomes, possibly_delivered=frozenset(), errors=(), original=original, message_lost=False
+                attempt, outcomes, possibly_delivered=frozenset(), errors=(), headers=headers, message_lost=False
             )
             return
         try:
@@ -368,19 +416,34 @@ class Worker:
             if gone:
                 return  # cancelled, or finished by another worker: nothing to do
             outcomes = tuple(RecipientOutcome(r.address, RecipientState.FAILED, UNREADABLE) for r in pending)
+            self._end_delivery(attempt)
             await self._record(
-                attempt, outcomes, possibly_delivered=frozenset(), errors=(), original=None, message_lost=True
+                attempt, outcomes, possibly_delivered=frozenset(), errors=(), headers=None, message_lost=True
             )
             return
         result = await self.deliverer.deliver(item.sender, [r.address for r in pending], message)
+        headers = self._end_delivery_keeping_headers(attempt, result.outcomes, message)
+        del message
         await self._record(
             attempt,
             result.outcomes,
             possibly_delivered=result.possibly_delivered,
             errors=tuple(result.errors),
-            original=message,
+            headers=headers,
             message_lost=False,
         )
+
+    def _end_delivery_keeping_headers(
+        self, attempt: _Attempt, outcomes: Sequence[RecipientOutcome], original: bytes | None
+    ) -> bytes | None:
+        """End the attempt's SMTP part; of its message keep only the header block a DSN may quote
+        (when some recipient did not get it), so no message body waits for the record."""
+        self._end_delivery(attempt)
+        if original is None or not self.settings.dsn or attempt.item.sender == "":
+            return None
+        if all(o.state is RecipientState.DELIVERED for o in outcomes):
+            return None
+        return original_header_block(original)
 
     async def _record(
         self,
@@ -389,7 +452,7 @@ class Worker:
         *,
         possibly_delivered: frozenset[str],
         errors: Sequence[QueueError],
-        original: bytes | None,
+        headers: bytes | None,
         message_lost: bool,
     ) -> None:
         item = attempt.item
@@ -441,7 +504,6 @@ class Worker:
             )
         dsns: list[tuple[DsnKind, NewItem, list[Recipient]]] = []
         if self.settings.dsn and item.sender != "":
-            headers = original_header_block(original) if original is not None else None
             if newly_failed:
                 dsns.append(("failed", self._build_dsn("failed", item, newly_failed, now, headers), newly_failed))
             if warn and delayed:
