@@ -13,6 +13,7 @@ from django.core.mail.message import sanitize_address
 
 from .exceptions import QueueError
 from .items import DEFAULT_QUEUE, NewItem
+from .mime import plain_message_bytes
 from .text import refuse_line_breaks, refuse_unkeepable
 
 #: The `EmailMessage` attribute naming the item's queue (lane); "default" when unset.
@@ -55,15 +56,19 @@ def message_to_item(message: EmailMessage, *, max_message_size: int) -> NewItem:
         if "\x00" in message.body:
             raise QueueError("INVALID", "the body holds a NUL character")
     try:
-        mime = message.message()
-        data = mime.as_bytes(linesep="\r\n")  # type: ignore[call-arg]  # Django's SafeMIME takes linesep
-        if not data.endswith(b"\r\n"):
-            data += b"\r\n"  # as smtplib's data() ends every message
+        written = plain_message_bytes(message)
+        if written is not None:
+            data, message_id = written
+        else:
+            mime = message.message()
+            data = mime.as_bytes(linesep="\r\n")  # type: ignore[call-arg]  # Django's SafeMIME takes linesep
+            if not data.endswith(b"\r\n"):
+                data += b"\r\n"  # as smtplib's data() ends every message
+            message_id = str(mime.get("Message-ID", "") or "")
     except (ValueError, UnicodeError) as exc:
         raise QueueError("INVALID", f"the message cannot be written: {exc}") from None
     if len(data) > max_message_size:
         raise QueueError("TOO_LARGE", f"the message is {len(data)} bytes; MAX_MESSAGE_SIZE is {max_message_size}")
-    message_id = str(mime.get("Message-ID", "") or "")
     subject = str(message.subject or "")
     return NewItem(
         sender=sender,
