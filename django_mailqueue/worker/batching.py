@@ -15,8 +15,8 @@ class Batcher(Generic[_In, _Out]):
     """Collects entries and writes them `limit` at a time with `write`, one batch after another.
 
     The first entry is written at once — unless `more_coming()` says others are
-    on their way, in which case the batch waits for them up to `linger` seconds
-    (or until `limit` entries are in). Those that come while a batch is being
+    on their way, in which case the batch waits for them up to `linger` seconds,
+    or until `enough` entries (at most `limit`) are in. Those that come while a batch is being
     written form the next batch: the busier the worker, the larger the batches,
     and the fewer store calls per entry. `submit` waits for the entry's own
     answer; `post` does not.
@@ -29,9 +29,11 @@ class Batcher(Generic[_In, _Out]):
         limit: int = 100,
         linger: float = 0.0,
         more_coming: Callable[[], bool] | None = None,
+        enough: int | None = None,
     ) -> None:
         self._write = write
         self._limit = limit
+        self._enough = min(limit, enough) if enough else limit
         self._linger = linger
         self._more_coming = more_coming
         self._queue: list[tuple[_In, asyncio.Future[_Out] | None]] = []
@@ -45,7 +47,7 @@ class Batcher(Generic[_In, _Out]):
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._run(), name="mailqueue-batcher")
         self._ready.set()
-        if len(self._queue) >= self._limit:
+        if len(self._queue) >= self._enough:
             self._full.set()
 
     async def submit(self, entry: _In) -> _Out:
@@ -63,7 +65,7 @@ class Batcher(Generic[_In, _Out]):
         """Wait (at most `linger`) for the batch to fill while more entries are on their way."""
         if self._linger <= 0 or self._more_coming is None or self._closing:
             return
-        if len(self._queue) >= self._limit or not self._more_coming():
+        if len(self._queue) >= self._enough or not self._more_coming():
             return
         self._full.clear()
         with contextlib.suppress(asyncio.TimeoutError):

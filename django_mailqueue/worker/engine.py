@@ -141,7 +141,7 @@ class Worker:
         self.owner = owner or default_owner()
         self.queues = list(queues) if queues else None
         self.concurrency = concurrency or settings.concurrency
-        self.prefetch = prefetch if prefetch is not None else max(1, self.concurrency // 2)
+        self.prefetch = prefetch if prefetch is not None else self.concurrency
         self.once = once
         self.history = history
         self.rng = rng or random.Random()
@@ -158,10 +158,18 @@ class Worker:
         self._wake: asyncio.Task[bool] | None = None
         self._bytes_in_flight = 0
         self._completions: Batcher[CompleteRequest, QueueItem | None | QueueError] = Batcher(
-            self.store.acomplete_many, limit=100, linger=RECORD_LINGER, more_coming=self._more_coming
+            self.store.acomplete_many,
+            limit=100,
+            linger=RECORD_LINGER,
+            more_coming=self._more_coming,
+            enough=self.concurrency,
         )
         self._history: Batcher[HistoryEntry, None] = Batcher(
-            self._write_history, limit=500, linger=RECORD_LINGER, more_coming=self._more_coming
+            self._write_history,
+            limit=500,
+            linger=RECORD_LINGER,
+            more_coming=self._more_coming,
+            enough=self.concurrency,
         )
 
     @property
@@ -202,9 +210,15 @@ class Worker:
 
     def _room(self) -> int:
         """How many more items to claim: slots and prefetch not taken by items waiting or delivering —
-        and, however many outcomes are being recorded (a slow store), never more than twice that held."""
+        and, however many outcomes are being recorded (a slow store), never more than `_hold_limit` held."""
         busy = len(self._held) - self._recording
-        return min(self.concurrency + self.prefetch - busy, 2 * (self.concurrency + self.prefetch) - len(self._held))
+        return min(self.concurrency + self.prefetch - busy, self._hold_limit - len(self._held))
+
+    @property
+    def _hold_limit(self) -> int:
+        """Items held at most: those delivering or claimed ahead, plus up to 4 × CONCURRENCY whose outcomes
+        are being recorded (each keeps a lease and a header block; a busy worker has ~50 ms of them)."""
+        return 5 * self.concurrency + self.prefetch
 
     async def _loop(self) -> None:
         while not self._stopping.is_set():
@@ -250,12 +264,7 @@ class Worker:
         return claimed
 
     def _start_waiting(self) -> None:
-        while (
-            self._waiting
-            and self._delivering < self.concurrency
-            and len(self._running) < 2 * self.concurrency
-            and not self._stopping.is_set()
-        ):
+        while self._waiting and self._delivering < self.concurrency and not self._stopping.is_set():
             attempt = self._waiting[0]
             if attempt.lost:
                 self._waiting.popleft()

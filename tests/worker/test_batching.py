@@ -96,3 +96,11 @@ async def test_batches_never_exceed_the_limit(limit: int) -> None:
     assert all(len(b) <= limit for b in writer.batches)
     assert sorted(sum(writer.batches, [])) == list(range(10))
     await batcher.close()
+
+
+async def test_enough_entries_end_the_wait_before_the_linger() -> None:
+    writer = Writer()
+    batcher: Batcher[int, int] = Batcher(writer.write, limit=100, linger=30.0, more_coming=lambda: True, enough=3)
+    answers = await asyncio.wait_for(asyncio.gather(*(batcher.submit(i) for i in range(3))), 1.0)
+    assert answers == [0, 10, 20]
+    await batcher.close()

@@ -381,3 +381,62 @@ async def test_a_lost_reply_after_data_is_told_and_logged(
     stored = store.get(item.id)
     assert stored is not None and stored.pending  # tried again later: a duplicate is possible, a loss is not
     assert any(r.getMessage().startswith(f"error item={stored.id} REPLY_LOST: ") for r in caplog.records)
+
+
+class SlowRecordingStore(MemoryStore):
+    """Records outcomes only once `release` is set: the store is slow to write."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = asyncio.Event()
+        self.recorded = 0
+
+    async def acomplete_many(self, requests: Any) -> Any:
+        await self.release.wait()
+        answers = await super().acomplete_many(requests)
+        self.recorded += len(requests)
+        return answers
+
+
+async def test_a_slot_is_free_once_the_smtp_part_ends_while_the_outcome_waits_for_the_store() -> None:
+    clock = FakeClock()
+    store = SlowRecordingStore()
+    for _ in range(12):
+        add(store, clock)
+    deliverer = ScriptedDeliverer()
+    worker = make_worker(store, clock, deliverer, CONCURRENCY=2)
+    run = asyncio.create_task(worker.run())
+    try:
+        # Nothing is recorded yet, but every message has been handed to SMTP: two slots, reused.
+        for _ in range(200):
+            if len(deliverer.calls) == 12:
+                break
+            await asyncio.sleep(0.01)
+        assert len(deliverer.calls) == 12
+        assert store.recorded == 0
+        assert worker._delivering == 0 and worker._recording == 12
+    finally:
+        store.release.set()
+    stats = await asyncio.wait_for(run, 5)
+    assert stats.delivered == 12 and store.recorded == 12 and store.count() == 0
+
+
+async def test_held_items_stay_bounded_however_slow_the_record() -> None:
+    clock = FakeClock()
+    store = SlowRecordingStore()
+    for _ in range(40):
+        add(store, clock)
+    deliverer = ScriptedDeliverer()
+    worker = make_worker(store, clock, deliverer, CONCURRENCY=2)
+    run = asyncio.create_task(worker.run())
+    limit = 5 * 2 + worker.prefetch
+    try:
+        for _ in range(100):
+            await asyncio.sleep(0.01)
+            assert len(worker._held) <= limit
+        assert len(deliverer.calls) == limit  # every held item was tried; the rest wait in the store
+        assert store.recorded == 0
+    finally:
+        store.release.set()
+    stats = await asyncio.wait_for(run, 5)
+    assert stats.delivered == 40
