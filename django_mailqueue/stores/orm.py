@@ -153,21 +153,20 @@ class OrmStore(QueueStore):
                 self._check_room(conn, len(items))
             if conn.vendor == "sqlite" and conn.features.can_return_rows_from_bulk_insert:
                 return self._insert_sqlite(conn, items, now, now_us)
-            rows = []
-            for new in items:
-                due = new.not_before if new.not_before is not None and new.not_before > now else now
-                rows.append(
-                    QueuedItem(
-                        id=new.id,
-                        sender=new.sender,
-                        size=len(new.message),
-                        created=now_us,
-                        next_attempt=to_micros(due),
-                        queue=new.queue,
-                        message_id=new.message_id[:998],
-                        subject=new.subject[:255],
-                    )
+            added = [_as_added(new, now, now_us) for new in items]
+            rows = [
+                QueuedItem(
+                    id=item.id,
+                    sender=item.sender,
+                    size=item.size,
+                    created=now_us,
+                    next_attempt=to_micros(item.next_attempt),
+                    queue=item.queue,
+                    message_id=item.message_id,
+                    subject=item.subject,
                 )
+                for item in added
+            ]
             created = QueuedItem.objects.using(self.alias).bulk_create(rows)
             if any(row.seq is None for row in created):
                 by_id = dict(
@@ -191,20 +190,7 @@ class OrmStore(QueueStore):
             if conn.vendor == "postgresql":
                 with conn.cursor() as cursor:
                     cursor.execute("SELECT pg_notify(%s, '')", [NOTIFY_CHANNEL])
-        return [
-            QueueItem(
-                id=new.id,
-                sender=new.sender,
-                recipients=tuple(Recipient(a) for a in new.recipients),
-                size=len(new.message),
-                created=from_micros(now_us),
-                next_attempt=from_micros(row.next_attempt),
-                queue=new.queue,
-                message_id=row.message_id,
-                subject=row.subject,
-            )
-            for row, new in zip(created, items, strict=True)
-        ]
+        return added
 
     def _add_postgres(self, conn: BaseDatabaseWrapper, items: Sequence[NewItem], now: datetime,
                       now_us: int) -> builtins.list[QueueItem]:
@@ -240,29 +226,21 @@ class OrmStore(QueueStore):
         r_addresses: builtins.list[str] = []
         r_domains: builtins.list[str] = []
         data: builtins.list[bytes] = []
-        result = []
-        for new in items:
-            due = new.not_before if new.not_before is not None and new.not_before > now else now
-            message_id, subject = new.message_id[:998], new.subject[:255]
-            due_us = to_micros(due)
+        result = [_as_added(new, now, now_us) for new in items]
+        for new, item in zip(items, result, strict=True):
             ids.append(new.id)
             senders.append(new.sender)
-            sizes.append(len(new.message))
-            dues.append(due_us)
+            sizes.append(item.size)
+            dues.append(to_micros(item.next_attempt))
             queues.append(new.queue)
-            message_ids.append(message_id)
-            subjects.append(subject)
+            message_ids.append(item.message_id)
+            subjects.append(item.subject)
             for position, address in enumerate(new.recipients):
                 r_ids.append(new.id)
                 r_positions.append(position)
                 r_addresses.append(address)
                 r_domains.append(_domain(address))
             data.append(bytes(new.message))
-            result.append(QueueItem(
-                id=new.id, sender=new.sender, recipients=tuple(Recipient(a) for a in new.recipients),
-                size=len(new.message), created=now, next_attempt=from_micros(due_us), queue=new.queue,
-                message_id=message_id, subject=subject,
-            ))
         import psycopg
 
         params = [now_us, ids, senders, sizes, dues, queues, message_ids, subjects,
@@ -287,15 +265,10 @@ class OrmStore(QueueStore):
                 chunk = items[start:start + 500]
                 params: builtins.list[Any] = []
                 for new in chunk:
-                    due = new.not_before if new.not_before is not None and new.not_before > now else now
-                    message_id, subject = new.message_id[:998], new.subject[:255]
-                    params += [new.id.hex, new.sender, len(new.message), now_us, to_micros(due), new.queue,
-                               message_id, subject]
-                    result.append(QueueItem(
-                        id=new.id, sender=new.sender, recipients=tuple(Recipient(a) for a in new.recipients),
-                        size=len(new.message), created=from_micros(now_us), next_attempt=from_micros(to_micros(due)),
-                        queue=new.queue, message_id=message_id, subject=subject,
-                    ))
+                    item = _as_added(new, now, now_us)
+                    params += [new.id.hex, new.sender, item.size, now_us, to_micros(item.next_attempt), new.queue,
+                               item.message_id, item.subject]
+                    result.append(item)
                 cursor.execute(
                     _SQLITE_ADD_ITEMS.format(items=QueuedItem._meta.db_table,
                                              rows=", ".join([_SQLITE_ITEM_ROW] * len(chunk))),
@@ -786,6 +759,22 @@ def _read_committed_already(conn: BaseDatabaseWrapper) -> bool:
 
 def _nested(conn: BaseDatabaseWrapper) -> bool:
     return len(conn.savepoint_ids) > 0
+
+
+def _as_added(new: NewItem, now: datetime, now_us: int) -> QueueItem:
+    """The item as an add stores it: due at `now` unless it has a later `not_before`, texts cut to their columns."""
+    due = new.not_before if new.not_before is not None and new.not_before > now else now
+    return QueueItem(
+        id=new.id,
+        sender=new.sender,
+        recipients=tuple(Recipient(a) for a in new.recipients),
+        size=len(new.message),
+        created=from_micros(now_us),
+        next_attempt=from_micros(to_micros(due)),
+        queue=new.queue,
+        message_id=new.message_id[:998],
+        subject=new.subject[:255],
+    )
 
 
 def _domain(address: str) -> str:

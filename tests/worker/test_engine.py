@@ -398,14 +398,19 @@ class SlowRecordingStore(MemoryStore):
         return answers
 
 
-async def test_a_slot_is_free_once_the_smtp_part_ends_while_the_outcome_waits_for_the_store() -> None:
+def start_with_a_slow_store(items: int) -> tuple[SlowRecordingStore, ScriptedDeliverer, Worker, asyncio.Task[Any]]:
+    """A worker (CONCURRENCY 2) running on `items` queued messages, whose outcomes the store holds back."""
     clock = FakeClock()
     store = SlowRecordingStore()
-    for _ in range(12):
+    for _ in range(items):
         add(store, clock)
     deliverer = ScriptedDeliverer()
     worker = make_worker(store, clock, deliverer, CONCURRENCY=2)
-    run = asyncio.create_task(worker.run())
+    return store, deliverer, worker, asyncio.create_task(worker.run())
+
+
+async def test_a_slot_is_free_once_the_smtp_part_ends_while_the_outcome_waits_for_the_store() -> None:
+    store, deliverer, worker, run = start_with_a_slow_store(12)
     try:
         # Nothing is recorded yet, but every message has been handed to SMTP: two slots, reused.
         for _ in range(200):
@@ -422,13 +427,7 @@ async def test_a_slot_is_free_once_the_smtp_part_ends_while_the_outcome_waits_fo
 
 
 async def test_held_items_stay_bounded_however_slow_the_record() -> None:
-    clock = FakeClock()
-    store = SlowRecordingStore()
-    for _ in range(40):
-        add(store, clock)
-    deliverer = ScriptedDeliverer()
-    worker = make_worker(store, clock, deliverer, CONCURRENCY=2)
-    run = asyncio.create_task(worker.run())
+    store, deliverer, worker, run = start_with_a_slow_store(40)
     limit = 5 * 2 + worker.prefetch
     try:
         for _ in range(100):
