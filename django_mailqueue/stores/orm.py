@@ -29,12 +29,12 @@ from ..items import (
     QueueItem,
     Recipient,
     RecipientState,
-    Reply,
     apply_completion,
 )
 from ..models import QueuedItem, QueuedMessage, QueuedRecipient, QueueLock
 from ..status import QueueSummary
 from .base import QueueStore, check_completion, check_new_item, check_owner
+from .orm_rows import ITEM_FIELDS, ItemRow, OrmRows, SqlRows, recipient_written, to_item
 
 if TYPE_CHECKING:
     from .pg_listen import PgListener
@@ -60,6 +60,9 @@ class OrmStore(QueueStore):
     """
 
     supports_transactional_add = True
+    #: False: the worker's statements through the ORM on SQLite and PostgreSQL too (the tests
+    #: run the contract that way, for the databases that only have that path).
+    hand_written_sql = True
 
     def __init__(self, options: Mapping[str, Any] | None = None, *, max_items: int | None = None) -> None:
         super().__init__(options, max_items=max_items)
@@ -314,21 +317,25 @@ class OrmStore(QueueStore):
         now_us, expires_us = to_micros(now), to_micros(lease_expires)
         lanes: Sequence[str | None] = list(queues) if queues else [None]
         with self._write(durable=False) as conn:
-            seqs: builtins.list[int] = []
+            rows = self._rows(conn)
+            taken: builtins.list[ItemRow] = []
             for lane in lanes:
-                wanted = limit - len(seqs)
+                wanted = limit - len(taken)
                 if wanted <= 0:
                     break
-                if conn.vendor in ("sqlite", "postgresql"):
-                    seqs.extend(self._claim_returning(conn, lane, owner, now_us, expires_us, wanted))
-                else:
-                    seqs.extend(self._claim_locked(lane, owner, now_us, expires_us, wanted))
-            if not seqs:
+                taken.extend(rows.claim(lane, owner, now_us, expires_us, wanted))
+            if not taken:
                 return []
-            claimed = self._load(QueuedItem.objects.using(self.alias).filter(seq__in=seqs))
+            recipients = rows.recipients([row[0] for row in taken])
         lane_of = {name: i for i, name in enumerate(queues or ())}
-        claimed.sort(key=lambda pair: (lane_of.get(pair[1].queue, 0), pair[1].next_attempt, pair[0]))
-        return [item for _, item in claimed]
+        taken.sort(key=lambda row: (lane_of.get(row[7], 0), row[5], row[0]))  # queue, next_attempt, seq
+        return [to_item(row, recipients[row[0]]) for row in taken]
+
+    def _rows(self, conn: BaseDatabaseWrapper) -> OrmRows:
+        """The worker's statements: written by hand on SQLite and PostgreSQL, else the ORM's."""
+        if self.hand_written_sql and conn.vendor in ("sqlite", "postgresql"):
+            return SqlRows(self.alias, conn)
+        return OrmRows(self.alias)
 
     def _due(self, lane: str | None, now_us: int) -> models.QuerySet[QueuedItem]:
         due = (
@@ -337,44 +344,6 @@ class OrmStore(QueueStore):
             .filter(Q(lease_expires__isnull=True) | Q(lease_expires__lte=now_us))
         )
         return due.filter(queue=lane) if lane is not None else due
-
-    def _claim_locked(
-        self, lane: str | None, owner: str, now_us: int, expires_us: int, limit: int
-    ) -> builtins.list[int]:
-        taken = list(
-            self._due(lane, now_us)
-            .order_by("next_attempt", "seq")
-            .select_for_update(skip_locked=True)
-            .values_list("seq", flat=True)[:limit]
-        )
-        if taken:
-            QueuedItem.objects.using(self.alias).filter(seq__in=taken).update(
-                owner=owner,
-                lease_expires=expires_us,
-                revision=F("revision") + 1,
-                reclaims=models.Case(models.When(owner__isnull=False, then=F("reclaims") + 1), default=F("reclaims")),
-            )
-        return taken
-
-    def _claim_returning(
-        self, conn: BaseDatabaseWrapper, lane: str | None, owner: str, now_us: int, expires_us: int, limit: int
-    ) -> builtins.list[int]:
-        """One statement: the earliest due rows taken and leased. On PostgreSQL the inner
-        SELECT locks them with SKIP LOCKED, so concurrent claimers pass each other by;
-        SQLite has one writer at a time."""
-        table = QueuedItem._meta.db_table
-        lane_sql, params = ("AND queue = %s", [lane]) if lane is not None else ("", [])
-        locking = " FOR UPDATE SKIP LOCKED" if conn.vendor == "postgresql" else ""
-        sql = (
-            f"UPDATE {table} SET owner = %s, lease_expires = %s, revision = revision + 1, "  # noqa: S608
-            "reclaims = reclaims + (CASE WHEN owner IS NULL THEN 0 ELSE 1 END) "
-            f"WHERE seq IN (SELECT seq FROM {table} WHERE next_attempt <= %s "
-            f"AND (lease_expires IS NULL OR lease_expires <= %s) {lane_sql} "
-            f"ORDER BY next_attempt, seq LIMIT %s{locking}) RETURNING seq"
-        )
-        with conn.cursor() as cursor:
-            cursor.execute(sql, [owner, expires_us, now_us, now_us, *params, limit])
-            return [row[0] for row in cursor.fetchall()]
 
     def renew(self, ids: Sequence[uuid.UUID], *, owner: str, lease_expires: datetime) -> builtins.list[uuid.UUID]:
         check_owner(owner)
@@ -402,70 +371,38 @@ class OrmStore(QueueStore):
         if not requests:
             return answers
         with self._write() as conn:
-            rows = {row.id: row for row in self._lock_items(conn, [r.item_id for r in requests])}
-            recipients: dict[int, builtins.list[QueuedRecipient]] = {row.seq: [] for row in rows.values()}
-            if rows:
-                for rec in (QueuedRecipient.objects.using(self.alias).filter(item_id__in=list(recipients))
-                            .order_by("item_id", "position")):
-                    recipients[rec.item_id].append(rec)
+            rows = self._rows(conn)
+            locked = {row[1]: row for row in rows.lock([r.item_id for r in requests])}
+            recipients = rows.recipients([row[0] for row in locked.values()])
+            revision = {item_id: row[10] for item_id, row in locked.items()}
             dropped: builtins.list[int] = []
-            changed: builtins.list[QueuedRecipient] = []
-            kept: builtins.list[QueuedItem] = []
+            changed: builtins.list[tuple[Any, ...]] = []
+            kept: dict[int, tuple[Any, ...]] = {}
             for request in requests:
-                row = rows.get(request.item_id)
+                row = locked.get(request.item_id)
                 if row is None:
                     answers.append(None)
                     continue
-                if row.owner != request.owner or row.revision != request.revision:
+                seq, owner = row[0], row[8]
+                if owner != request.owner or revision[request.item_id] != request.revision:
                     answers.append(QueueError("LEASE_LOST", f"the lease on {request.item_id} is no longer held by "
                                               f"{request.owner}", item_id=request.item_id))
                     continue
-                before = _to_item(row, recipients[row.seq])
+                before = to_item(row, recipients[seq])
                 after = apply_completion(before, request.completion)
                 answers.append(after)
-                row.revision = after.revision  # a second request for the same item in the batch is stale
+                revision[request.item_id] = after.revision  # a second request for the same item is stale
                 if after.done:
-                    dropped.append(row.seq)
+                    dropped.append(seq)
                     continue
-                for rec_row, old, new in zip(recipients[row.seq], before.recipients, after.recipients, strict=True):
+                for rec_row, old, new in zip(recipients[seq], before.recipients, after.recipients, strict=True):
                     if new != old:
-                        _fill_recipient(rec_row, new)
-                        changed.append(rec_row)
-                row.attempts, row.next_attempt = after.attempts, to_micros(after.next_attempt)
-                row.owner, row.lease_expires, row.reclaims = None, None, 0
-                row.delay_warned = after.delay_warned
-                kept.append(row)
+                        changed.append(recipient_written(new, rec_row[1]))
+                kept[seq] = (after.attempts, to_micros(after.next_attempt), after.revision, after.delay_warned, seq)
             if dropped:
-                self._drop(dropped)
-            if changed:
-                QueuedRecipient.objects.using(self.alias).bulk_update(
-                    changed, ["state", "reply_code", "reply_status", "reply_text", "remote_mta"])
-            if kept:
-                QueuedItem.objects.using(self.alias).bulk_update(
-                    kept, ["attempts", "next_attempt", "owner", "lease_expires", "revision", "reclaims",
-                           "delay_warned"])
+                rows.drop(dropped)
+            rows.write_back(list(kept.values()), changed)
         return answers
-
-    def _lock_items(self, conn: BaseDatabaseWrapper, item_ids: Sequence[uuid.UUID]) -> builtins.list[QueuedItem]:
-        """Lock items' rows for the rest of the transaction and read them."""
-        items = QueuedItem.objects.using(self.alias).filter(id__in=list(item_ids))
-        if conn.vendor == "sqlite":
-            # Start with a write so SQLite takes its write lock now, not at a later
-            # upgrade that could fail at once with SQLITE_BUSY.
-            items.update(revision=F("revision"))
-            return list(items)
-        return list(items.select_for_update())
-
-    def _drop(self, seqs: Sequence[int]) -> None:
-        conn = self._connection
-        if conn.vendor == "postgresql":
-            # One statement: Django's foreign keys on PostgreSQL are checked at commit.
-            with conn.cursor() as cursor:
-                cursor.execute(_DROP_POSTGRES, [list(seqs)] * 3)
-            return
-        QueuedMessage.objects.using(self.alias).filter(item_id__in=seqs)._raw_delete(self.alias)
-        QueuedRecipient.objects.using(self.alias).filter(item_id__in=seqs)._raw_delete(self.alias)
-        QueuedItem.objects.using(self.alias).filter(seq__in=seqs)._raw_delete(self.alias)
 
     def reschedule(self, item_id: uuid.UUID, *, at: datetime, owner: str | None = None) -> bool:
         if owner is not None:
@@ -480,12 +417,13 @@ class OrmStore(QueueStore):
 
     def cancel(self, item_id: uuid.UUID) -> QueueItem | None:
         with self._write() as conn:
-            locked = self._lock_items(conn, [item_id])
+            rows = self._rows(conn)
+            locked = rows.lock([item_id])
             if not locked:
                 return None
-            row = locked[0]
-            item = _to_item(row, list(QueuedRecipient.objects.using(self.alias).filter(item_id=row.seq)))
-            self._drop([row.seq])
+            seq = locked[0][0]
+            item = to_item(locked[0], rows.recipients([seq])[seq])
+            rows.drop([seq])
             return item
 
     # --- reading ------------------------------------------------------------------
@@ -496,16 +434,9 @@ class OrmStore(QueueStore):
         return found[0][1] if found else None
 
     def _load(self, rows: models.QuerySet[QueuedItem]) -> builtins.list[tuple[int, QueueItem]]:
-        items = list(rows)
-        recipients: dict[int, list[QueuedRecipient]] = {row.seq: [] for row in items}
-        if items:
-            for rec in (
-                QueuedRecipient.objects.using(self.alias)
-                .filter(item_id__in=list(recipients))
-                .order_by("item_id", "position")
-            ):
-                recipients[rec.item_id].append(rec)
-        return [(row.seq, _to_item(row, recipients[row.seq])) for row in items]
+        items = list(rows.values_list(*ITEM_FIELDS))
+        recipients = OrmRows(self.alias).recipients([row[0] for row in items])
+        return [(row[0], to_item(row, recipients[row[0]])) for row in items]
 
     def read_messages(self, item_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, bytes]:
         with self._read():
@@ -723,12 +654,6 @@ _READ_COMMITTED = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED"
 _READ_COMMITTED_LEASE = f"{_READ_COMMITTED}; SET LOCAL synchronous_commit TO OFF"
 
 
-_DROP_POSTGRES = (
-    f"WITH m AS (DELETE FROM {QueuedMessage._meta.db_table} WHERE item_id = ANY(%s)), "  # noqa: S608 - no input
-    f"r AS (DELETE FROM {QueuedRecipient._meta.db_table} WHERE item_id = ANY(%s)) "
-    f"DELETE FROM {QueuedItem._meta.db_table} WHERE seq = ANY(%s)"
-)
-
 #: psycopg 3 connections known to run their transactions at READ COMMITTED anyway.
 _READ_COMMITTED_CONNECTIONS: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
 
@@ -786,42 +711,3 @@ def _unavailable(exc: DatabaseError) -> QueueError:
     # in errors); keep only the class and the first line to stay short.
     reason = str(exc).splitlines()[0] if str(exc) else ""
     return QueueError("STORE_UNAVAILABLE", f"the database refused the operation: {type(exc).__name__}: {reason}")
-
-
-def _to_item(row: QueuedItem, recipients: Sequence[QueuedRecipient]) -> QueueItem:
-    return QueueItem(
-        id=row.id,
-        sender=row.sender,
-        recipients=tuple(
-            Recipient(
-                address=r.address,
-                state=RecipientState(r.state),
-                reply=Reply(r.reply_code, r.reply_status, r.reply_text)
-                if (r.reply_status or r.reply_text or r.reply_code is not None)
-                else None,
-                remote_mta=r.remote_mta,
-            )
-            for r in recipients
-        ),
-        size=row.size,
-        created=from_micros(row.created),
-        next_attempt=from_micros(row.next_attempt),
-        attempts=row.attempts,
-        queue=row.queue,
-        owner=row.owner,
-        lease_expires=from_micros(row.lease_expires) if row.lease_expires is not None else None,
-        revision=row.revision,
-        reclaims=row.reclaims,
-        delay_warned=row.delay_warned,
-        message_id=row.message_id,
-        subject=row.subject,
-    )
-
-
-def _fill_recipient(row: QueuedRecipient, recipient: Recipient) -> None:
-    row.state = recipient.state.value
-    reply = recipient.reply
-    row.reply_code = reply.code if reply else None
-    row.reply_status = reply.status if reply else ""
-    row.reply_text = reply.text if reply else ""
-    row.remote_mta = recipient.remote_mta
