@@ -56,7 +56,8 @@ class QueuedRecipient(models.Model):
 
     STATES = [("pending", "pending"), ("delivered", "delivered"), ("failed", "failed")]
 
-    item = models.ForeignKey(QueuedItem, on_delete=models.CASCADE, related_name="recipient_rows")
+    # No index of its own: the unique (item, position) index serves lookups by item.
+    item = models.ForeignKey(QueuedItem, on_delete=models.CASCADE, related_name="recipient_rows", db_index=False)
     position = models.SmallIntegerField()
     address = models.CharField(max_length=320)
     domain = models.CharField(max_length=255)

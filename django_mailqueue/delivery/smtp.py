@@ -22,6 +22,8 @@ import logging
 import socket
 import ssl
 import traceback
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -35,6 +37,7 @@ from aiosmtplib import (
     SMTPResponseException,
     SMTPServerDisconnected,
 )
+from aiosmtplib.protocol import MAX_RESPONSE_LENGTH, SMTPProtocol
 from aiosmtplib.response import SMTPResponse
 
 from ..exceptions import QueueError
@@ -181,6 +184,8 @@ class _Session:
         #: a MAIL FROM was answered in this session (a cached connection is alive)
         self.answered = False
         self.doing = "connecting"
+        #: the pipelined commands whose replies are still to be read: (timeout, what each does)
+        self.unanswered: deque[tuple[float, str]] = deque()
 
     # --- replies and failures -------------------------------------------------------
 
@@ -227,6 +232,7 @@ class _Session:
         """The session is over: every recipient not decided yet is pending with `reply`; the connection closed."""
         self.report.decide_rest(self.envelope.recipients, reply, RecipientState.PENDING)
         self.report.ended = True
+        self.unanswered.clear()
         self.close()  # after a 421, a timeout, a drop or a malformed reply there is nothing left to say
         logger.info("session with %s ended: %s", self.target.label, reply)
 
@@ -459,14 +465,21 @@ class _Session:
         return True
 
     async def command(self, *args: bytes, timeout: float, doing: str) -> SMTPResponse | None:
-        """Send one command; None when the session ended (exception, malformed reply, 421)."""
+        """Send one command; None when the session ended (exception, malformed reply, 421).
+        While a pipelined group is being answered, its next reply instead (the command went with the group)."""
         assert self.smtp is not None
+        if self.unanswered:
+            return await self.next_reply()
         self.doing = doing
         try:
             response = await self.smtp.execute_command(*args, timeout=timeout)
         except Exception as exc:
             self.end(self.failure(exc))
             return None
+        return self.checked(response)
+
+    def checked(self, response: SMTPResponse) -> SMTPResponse | None:
+        """`response`, or None after ending the session on a malformed reply or a 421."""
         if not replies.is_well_formed(response.code, response.message):
             self.end(self.reply(response.code, response.message))
             return None
@@ -475,8 +488,62 @@ class _Session:
             return None
         return response
 
+    # --- PIPELINING (RFC 2920) --------------------------------------------------------
+
+    def send_group(self, commands: list[tuple[bytes, float, str]]) -> bool:
+        """Write `commands` (each: line, reply timeout, what it does) in one write; `command()` then
+        reads their replies in order. False when the session ended."""
+        assert self.smtp is not None
+        protocol = self.smtp.protocol
+        self.doing = commands[0][2]
+        try:
+            if protocol is None:
+                raise SMTPServerDisconnected("Connection lost")
+            # aiosmtplib drops bytes that arrive while a parsed reply waits to be picked up: keep them.
+            protocol.data_received = _keeping_data_received(protocol)  # type: ignore[method-assign,assignment]
+            protocol._response_pending = True
+            protocol.write(b"".join(line + b"\r\n" for line, _, _ in commands))
+        except Exception as exc:
+            self.end(self.failure(exc))
+            return False
+        self.unanswered.extend((timeout, doing) for _, timeout, doing in commands)
+        return True
+
+    async def next_reply(self) -> SMTPResponse | None:
+        """The reply to the group's next command; None when the session ended."""
+        assert self.smtp is not None
+        timeout, self.doing = self.unanswered.popleft()
+        protocol = self.smtp.protocol
+        try:
+            if protocol is None:
+                raise SMTPServerDisconnected("Connection lost")
+            response = protocol._read_response_from_buffer()  # came with an earlier reply
+            if response is None:
+                response = await protocol.read_response(timeout=timeout)
+        except Exception as exc:
+            self.end(self.failure(exc))
+            return None
+        finally:
+            if protocol is not None:
+                if self.unanswered:
+                    protocol._response_pending = True  # read_response stopped expecting
+                else:
+                    vars(protocol).pop("data_received", None)
+        return self.checked(response)
+
+    async def end_group(self) -> None:
+        """Read the replies the transaction no longer needs; when the server accepted DATA all the
+        same, end the (empty) message with a lone "." (RFC 2920 section 3.1)."""
+        while self.unanswered and not self.report.ended:
+            data = len(self.unanswered) == 1
+            response = await self.next_reply()
+            if response is not None and data and response.code == 354:
+                await self.command(b".", timeout=self.target.timeouts.data_end, doing="ending an empty message")
+
     async def rset(self) -> None:
-        await self.command(b"RSET", timeout=self.target.timeouts.greeting, doing="sending RSET")
+        await self.end_group()
+        if not self.report.ended:
+            await self.command(b"RSET", timeout=self.target.timeouts.greeting, doing="sending RSET")
 
     async def transactions(self) -> None:
         assert self.smtp is not None
@@ -501,15 +568,20 @@ class _Session:
             self.report.decide_rest(chunk, reply, RecipientState.FAILED)
             return
         encoding = "utf-8" if utf8 else "ascii"
-        params: list[bytes] = []
+        mail = [b"MAIL", b"FROM:<" + envelope.sender.encode(encoding) + b">"]
         if self.offers("size"):
-            params.append(b"SIZE=%d" % envelope.size)
+            mail.append(b"SIZE=%d" % envelope.size)
         if envelope.eightbit and self.offers("8bitmime"):
-            params.append(b"BODY=8BITMIME")
+            mail.append(b"BODY=8BITMIME")
         if utf8:
-            params.append(b"SMTPUTF8")
-        response = await self.command(b"MAIL", b"FROM:<" + envelope.sender.encode(encoding) + b">", *params,
-                                      timeout=timeouts.mail, doing="sending MAIL FROM")
+            mail.append(b"SMTPUTF8")
+        rcpts = [b"TO:<" + recipient.encode(encoding) + b">" for recipient in chunk]
+        if (self.offers("pipelining") and _can_pipeline(self.smtp)
+                and not self.send_group([(b" ".join(mail), timeouts.mail, "sending MAIL FROM"),
+                                         *((b"RCPT " + to, timeouts.rcpt, "sending RCPT TO") for to in rcpts),
+                                         (b"DATA", timeouts.data, "sending DATA")])):
+            return
+        response = await self.command(*mail, timeout=timeouts.mail, doing="sending MAIL FROM")
         if response is None:
             return
         self.answered = True
@@ -519,9 +591,8 @@ class _Session:
             await self.rset()
             return
         accepted: list[str] = []
-        for recipient in chunk:
-            response = await self.command(b"RCPT", b"TO:<" + recipient.encode(encoding) + b">",
-                                          timeout=timeouts.rcpt, doing="sending RCPT TO")
+        for recipient, to in zip(chunk, rcpts, strict=True):
+            response = await self.command(b"RCPT", to, timeout=timeouts.rcpt, doing="sending RCPT TO")
             if response is None:
                 return
             reply = self.reply(response.code, response.message)
@@ -604,6 +675,29 @@ class _Session:
             await self.smtp.quit(timeout=min(self.target.timeouts.greeting, QUIT_TIMEOUT))
         except Exception:  # the mail is decided; a QUIT that fails changes nothing
             logger.debug("QUIT to %s failed", self.target.label)
+
+
+def _can_pipeline(smtp: aiosmtplib.SMTP | None) -> bool:
+    """Whether aiosmtplib's protocol has the parts a pipelined group reads replies with."""
+    protocol = smtp.protocol if smtp is not None else None
+    return all(hasattr(protocol, name) for name in ("_buffer", "_response_waiter", "_response_pending",
+                                                      "_read_response_from_buffer", "read_response", "write"))
+
+
+def _keeping_data_received(protocol: SMTPProtocol) -> Callable[[bytes], None]:
+    """`protocol.data_received`, except that bytes arriving while a parsed reply waits to be picked
+    up are kept for the next read (aiosmtplib drops them: it expects one reply per command)."""
+    original = type(protocol).data_received
+
+    def data_received(data: bytes) -> None:
+        waiter = protocol._response_waiter
+        if waiter is not None and waiter.done() and protocol._response_pending:
+            if len(protocol._buffer) + len(data) <= MAX_RESPONSE_LENGTH:
+                protocol._buffer.extend(data)
+            return
+        original(protocol, data)
+
+    return data_received
 
 
 def _size_limit(value: str) -> int:

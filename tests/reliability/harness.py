@@ -114,6 +114,8 @@ class FaultRunReport:
     backends_terminated: int = 0
     faults: dict[str, int] = field(default_factory=dict)
     connections: int = 0
+    #: connections the server offered PIPELINING on
+    pipelining_offered: int = 0
     accepted: int = 0
     delivered_pairs: int = 0
     bounced_pairs: int = 0
@@ -432,6 +434,7 @@ def _check(report: FaultRunReport, server: FaultySmtpServer, store: _Store, work
     accepted = server.snapshot()
     report.faults = {kind: server.faults.get(kind, 0) for kind in FAULT_KINDS}
     report.connections = server.connections
+    report.pipelining_offered = server.pipelining_offered
     report.accepted = len(accepted)
     helo_to_worker = {f"{w.name}.rel.test": w for w in workers}
     number_of = {plan.message_id(n): n for n in range(report.messages)}

@@ -45,4 +45,5 @@ def test_fault_run(store: str, tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert report.missing == 0 and report.left_in_store == 0 and report.leased_in_store == 0
     assert set(report.duplicates_by_window) <= DOCUMENTED_WINDOWS | {STORE_ERROR_WINDOW}
     assert sum(report.faults.values()) > 0 and all(report.faults.values()), report.faults
+    assert 0 < report.pipelining_offered < report.connections  # sessions with and without PIPELINING
     assert report.delivered_pairs + report.bounced_pairs == report.pairs

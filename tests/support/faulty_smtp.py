@@ -10,7 +10,9 @@
 A raw asyncio server (no aiosmtpd: thousands of messages a minute on one
 thread) in a thread of its own with its own event loop. It speaks just
 enough ESMTP for the queue's client: EHLO/HELO, MAIL, RCPT, DATA, RSET,
-NOOP, QUIT; no STARTTLS, no PIPELINING.
+NOOP, QUIT; no STARTTLS. PIPELINING is offered on a share of the
+connections (`pipelining`, half by default): it answers commands in order
+as they come, so a pipelined group meets every fault below too.
 
 Faults, each drawn with its own rate from a seeded RNG:
 
@@ -65,6 +67,7 @@ FAULT_KINDS = (
 _EHLO = (
     b"250-faulty.test.example\r\n250-8BITMIME\r\n250-SIZE 200000000\r\n250-SMTPUTF8\r\n250 ENHANCEDSTATUSCODES\r\n"
 )
+_EHLO_PIPELINING = _EHLO.replace(b"250 ENHANCEDSTATUSCODES", b"250-ENHANCEDSTATUSCODES\r\n250 PIPELINING")
 #: The largest message (and line) the server reads.
 READ_LIMIT = 256 * 1024 * 1024
 
@@ -148,6 +151,7 @@ class FaultySmtpServer(LoopThreadServer):
         bounce_prefix: str = "bounce",
         stall_seconds: float = 30.0,
         trickle_interval: float = 0.02,
+        pipelining: float = 0.5,
     ) -> None:
         self.host = host
         self.port = port or free_port((host,))
@@ -155,6 +159,9 @@ class FaultySmtpServer(LoopThreadServer):
         self.bounce_prefix = bounce_prefix
         self.stall_seconds = stall_seconds
         self.trickle_interval = trickle_interval
+        self.pipelining = pipelining
+        #: connections offered PIPELINING
+        self.pipelining_offered = 0
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         #: every acceptance, in order (reply-lost ones included)
@@ -219,6 +226,9 @@ class FaultySmtpServer(LoopThreadServer):
             writer.transport.abort()
             return
         helo = ""
+        with self._lock:
+            pipelining = self._rng.random() < self.pipelining
+            self.pipelining_offered += pipelining
         try:
             if self._draw("greeting_421"):
                 writer.write(b"421 4.3.2 faulty.test.example busy, try again later\r\n")
@@ -234,7 +244,8 @@ class FaultySmtpServer(LoopThreadServer):
                 verb = command[:4].upper()
                 if verb in (b"EHLO", b"HELO"):
                     helo = command[5:].decode("utf-8", "replace").strip()
-                    writer.write(_EHLO if verb == b"EHLO" else b"250 faulty.test.example\r\n")
+                    ehlo = _EHLO_PIPELINING if pipelining else _EHLO
+                    writer.write(ehlo if verb == b"EHLO" else b"250 faulty.test.example\r\n")
                     transaction = None
                 elif verb == b"MAIL":
                     fault = self._transaction_fault()

@@ -140,6 +140,15 @@ class RecordingHandler:
         return self.data_reply or "250 2.0.0 OK queued"
 
 
+class PipeliningHandler(RecordingHandler):
+    """A RecordingHandler whose server offers PIPELINING (aiosmtpd answers pipelined commands in order)."""
+
+    async def handle_EHLO(self, server: SMTP, session: Session, envelope: Envelope, hostname: str,
+                          responses: list[str]) -> list[str]:
+        session.host_name = hostname
+        return [*responses[:-1], "250-PIPELINING", responses[-1]]
+
+
 def _recording_smtp_class(recorder: Recorder) -> type[SMTP]:
     class RecordingSMTP(SMTP):
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -202,7 +211,8 @@ class SmtpServer:
     the first byte; auth: (login, password) the server accepts (advertised
     only under TLS unless `auth_require_tls=False`); auth_required: refuse
     MAIL before AUTH; size_limit: the SIZE advertised and enforced (None:
-    aiosmtpd's default 32 MiB, 0: no SIZE); smtputf8: offer SMTPUTF8.
+    aiosmtpd's default 32 MiB, 0: no SIZE); smtputf8: offer SMTPUTF8;
+    pipelining: offer PIPELINING.
     """
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, *, starttls: bool = False,
@@ -210,11 +220,12 @@ class SmtpServer:
                  auth_required: bool = False, size_limit: int | None = None, smtputf8: bool = True,
                  rcpt_replies: dict[str, str] | None = None, mail_reply: str | None = None,
                  data_reply: str | None = None, hostname: str = "mx.test.example",
-                 ca: CertificateAuthority | None = None) -> None:
+                 ca: CertificateAuthority | None = None, pipelining: bool = False) -> None:
         self.host = host
         self.port = port or free_port((host,))
         self.recorder = Recorder()
-        self.handler = RecordingHandler(self.recorder, rcpt_replies=rcpt_replies, mail_reply=mail_reply,
+        handler_class = PipeliningHandler if pipelining else RecordingHandler
+        self.handler = handler_class(self.recorder, rcpt_replies=rcpt_replies, mail_reply=mail_reply,
                                         data_reply=data_reply)
         self.auth = auth
         ca = ca or certificate_authority()
@@ -309,6 +320,8 @@ class DropDuringData:
 Action = bytes | _Special | Trickle | DropDuringData | Callable[[bytes], bytes]
 
 DEFAULT_EHLO = b"250-scripted.test.example\r\n250-8BITMIME\r\n250-SIZE 10000000\r\n250 SMTPUTF8\r\n"
+#: The EHLO reply of a scripted server that offers PIPELINING (it answers commands in order as they come).
+PIPELINING_EHLO = DEFAULT_EHLO.replace(b"250 SMTPUTF8", b"250-SMTPUTF8\r\n250 PIPELINING")
 DEFAULT_REPLIES: dict[str, Action] = {
     "EHLO": DEFAULT_EHLO,
     "HELO": b"250 scripted.test.example\r\n",
