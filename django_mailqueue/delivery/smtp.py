@@ -3,9 +3,10 @@
 One session: connect (CONNECT timeout), greeting (GREETING), EHLO (HELO
 fallback), STARTTLS per the target's policy and EHLO again, AUTH for a
 relay, then one transaction per chunk of at most RCPT_LIMIT recipients:
-MAIL (MAIL), RCPT each (RCPT), DATA (DATA), the message in blocks
-(DATA_BLOCK each), the reply to the final "." (DATA_END); QUIT. The whole
-session stops at the attempt's deadline, whatever the server does.
+MAIL (MAIL), RCPT each (RCPT), DATA (DATA) — in one write when the server
+offers PIPELINING, their replies then read in order —, the message in
+blocks (DATA_BLOCK each), the reply to the final "." (DATA_END); QUIT. The
+whole session stops at the attempt's deadline, whatever the server does.
 
 aiosmtplib's `data()` is not used: it has one timeout for the DATA command
 and the final reply, and cannot tell a reply lost after the final "." from
