@@ -34,7 +34,7 @@ from ..items import (
 from ..models import QueuedItem, QueuedMessage, QueuedRecipient, QueueLock
 from ..status import QueueSummary
 from .base import QueueStore, check_completion, check_new_item, check_owner
-from .orm_rows import ITEM_FIELDS, ItemRow, OrmRows, SqlRows, recipient_written, to_item
+from .orm_rows import ITEM_FIELDS, ItemRow, OrmRows, SqlRows, due, recipient_written, to_item
 
 if TYPE_CHECKING:
     from .pg_listen import PgListener
@@ -337,14 +337,6 @@ class OrmStore(QueueStore):
             return SqlRows(self.alias, conn)
         return OrmRows(self.alias)
 
-    def _due(self, lane: str | None, now_us: int) -> models.QuerySet[QueuedItem]:
-        due = (
-            QueuedItem.objects.using(self.alias)
-            .filter(next_attempt__lte=now_us)
-            .filter(Q(lease_expires__isnull=True) | Q(lease_expires__lte=now_us))
-        )
-        return due.filter(queue=lane) if lane is not None else due
-
     def renew(self, ids: Sequence[uuid.UUID], *, owner: str, lease_expires: datetime) -> builtins.list[uuid.UUID]:
         check_owner(owner)
         if not ids:
@@ -558,7 +550,7 @@ class OrmStore(QueueStore):
             )
             for by_domain in domains:
                 summary.deferred_by_domain[by_domain["domain"]] = by_domain["n"]
-            oldest = self._load(self._due(None, now_us).order_by("next_attempt", "seq")[:1])
+            oldest = self._load(due(self.alias, None, now_us).order_by("next_attempt", "seq")[:1])
             summary.oldest_due = oldest[0][1] if oldest else None
         return summary
 

@@ -7,7 +7,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from django.db import connections, models
+from django.db import models
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import F, Q
 
@@ -37,6 +37,13 @@ _RECIPIENT_COLUMNS = ", ".join(RECIPIENT_FIELDS)
 _SQLITE_CHUNK = 900
 
 
+def due(alias: str, lane: str | None, now_us: int) -> models.QuerySet[QueuedItem]:
+    """Items due at `now_us` and not leased (their lease expired, or none), of `lane` when given."""
+    items = (QueuedItem.objects.using(alias).filter(next_attempt__lte=now_us)
+             .filter(Q(lease_expires__isnull=True) | Q(lease_expires__lte=now_us)))
+    return items.filter(queue=lane) if lane is not None else items
+
+
 class OrmRows:
     """The statements through the ORM: for any database Django supports."""
 
@@ -45,11 +52,7 @@ class OrmRows:
 
     def claim(self, lane: str | None, owner: str, now_us: int, expires_us: int, limit: int) -> list[ItemRow]:
         items = QueuedItem.objects.using(self.alias)
-        due = items.filter(next_attempt__lte=now_us).filter(
-            Q(lease_expires__isnull=True) | Q(lease_expires__lte=now_us))
-        if lane is not None:
-            due = due.filter(queue=lane)
-        taken = list(due.order_by("next_attempt", "seq").select_for_update(skip_locked=True)
+        taken = list(due(self.alias, lane, now_us).order_by("next_attempt", "seq").select_for_update(skip_locked=True)
                      .values_list("seq", flat=True)[:limit])
         if not taken:
             return []
@@ -104,11 +107,8 @@ class SqlRows(OrmRows):
 
     def __init__(self, alias: str, conn: BaseDatabaseWrapper) -> None:
         super().__init__(alias)
+        self._conn = conn
         self.postgres = conn.vendor == "postgresql"
-
-    @property
-    def _conn(self) -> BaseDatabaseWrapper:
-        return connections[self.alias]
 
     def claim(self, lane: str | None, owner: str, now_us: int, expires_us: int, limit: int) -> list[ItemRow]:
         """One statement: the earliest due rows taken and leased. On PostgreSQL the inner SELECT locks

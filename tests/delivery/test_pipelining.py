@@ -124,20 +124,6 @@ async def test_no_accepted_recipient_and_a_refused_data_means_rset(
     assert server.messages == []
 
 
-async def test_aiosmtpd_with_pipelining_delivers_and_keeps_each_reply(
-        dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings) -> None:
-    mx_domain(dns_server, "example.test", "127.0.0.2")
-    smtp_servers.smtp("127.0.0.2", pipelining=True, data_reply="554 5.7.1 spam detected",
-                               rcpt_replies={"b@example.test": "452 4.2.2 mailbox full"})
-
-    result = await Deliverer(make_settings()).deliver(
-        "sender@origin.test", ["a@example.test", "b@example.test"], MESSAGE)
-
-    a, b = result.outcomes
-    assert (a.state, a.reply.status, a.reply.text) == (RecipientState.FAILED, "5.7.1", "spam detected")
-    assert (b.state, b.reply.status) == (RecipientState.PENDING, "4.2.2")
-
-
 async def test_421_inside_the_group_ends_the_session_and_defers_the_rest(
         dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings) -> None:
     mx_domain(dns_server, "example.test", "127.0.0.2")

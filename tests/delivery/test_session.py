@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from django_mailqueue.delivery import Deliverer
 from django_mailqueue.items import RecipientState
 from tests.delivery.conftest import MESSAGE, MakeSettings, mx_domain
@@ -226,10 +228,11 @@ async def test_mail_from_refused_applies_to_every_recipient_and_sends_no_data(
     assert "RCPT" not in server.commands and "DATA" not in server.commands
 
 
+@pytest.mark.parametrize("pipelining", [False, True], ids=["one at a time", "pipelined"])
 async def test_data_reply_applies_to_the_accepted_recipients(
-        dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings) -> None:
+        pipelining: bool, dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings) -> None:
     mx_domain(dns_server, "example.test", "127.0.0.2")
-    smtp_servers.smtp("127.0.0.2", data_reply="554 5.7.1 spam detected",
+    smtp_servers.smtp("127.0.0.2", data_reply="554 5.7.1 spam detected", pipelining=pipelining,
                       rcpt_replies={"b@example.test": "452 4.2.2 mailbox full"})
 
     result = await Deliverer(make_settings()).deliver(
