@@ -102,6 +102,30 @@ def test_a_message_larger_than_a_read_slice_comes_back_byte_for_byte(pg_alias: s
     assert store.read_message(items[READ_CHUNK + 1].id) is None
 
 
+def test_a_message_of_up_to_a_page_stays_in_its_row_and_a_larger_one_goes_to_toast(pg_alias: str) -> None:
+    import os
+
+    from django_mailqueue.items import NewItem
+
+    store = OrmStore({"database": "pg"})
+
+    def toasted_chunks() -> int:
+        with connections["pg"].cursor() as cursor:
+            cursor.execute("SELECT reltoastrelid::regclass::text FROM pg_class WHERE oid = 'mailqueue_message'::regclass")
+            (toast,) = cursor.fetchone()
+            cursor.execute(f"SELECT count(*) FROM {toast}")  # noqa: S608 - a name from the catalogue
+            return int(cursor.fetchone()[0])
+
+    before = toasted_chunks()
+    small = os.urandom(7000)  # incompressible: without the migration it would be moved to TOAST
+    store.add(NewItem("a@o.test", ("b@d.test", "c@d.test"), small), now=T0)
+    assert toasted_chunks() == before
+    large = os.urandom(9000)
+    item = store.add(NewItem("a@o.test", ("b@d.test",), large), now=T0)
+    assert toasted_chunks() > before
+    assert store.read_message(item.id) == large
+
+
 @pytest.mark.parametrize("alias", ["pg", "pg_serializable"])
 @pytest.mark.parametrize("durable", [True, False], ids=["outcome", "lease"])
 def test_every_write_runs_at_read_committed_and_only_leases_skip_the_flush(
