@@ -13,6 +13,7 @@ from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Field
 
+from .binding import binary_cursor, in_binary
 from .dbthreads import DatabaseThreads, drop_if_broken
 from .items import QueueItem, RecipientOutcome, RecipientState
 from .models import DeliveryRecord
@@ -66,10 +67,13 @@ class History:
             for e in entries
         ]
         size = max(1, conn.ops.bulk_batch_size(_FIELDS, rows))
-        with transaction.atomic(using=self.alias, savepoint=False), conn.cursor() as cursor:
+        postgres = conn.vendor == "postgresql"
+        with transaction.atomic(using=self.alias, savepoint=False), \
+                (binary_cursor(conn) if postgres else conn.cursor()) as cursor:
             for start in range(0, len(rows), size):
                 batch = rows[start:start + size]
-                cursor.execute(_insert_sql(conn, len(batch)), [value for row in batch for value in row])
+                sql = _insert_sql(conn, len(batch))
+                cursor.execute(in_binary(sql) if postgres else sql, [value for row in batch for value in row])
 
     async def arecord(self, entries: Sequence[HistoryEntry]) -> None:
         """Write the records; through a database blip, try again for about half a minute

@@ -18,6 +18,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import F, Q
 
 from ..clock import from_micros, to_micros
+from ..binding import binary_cursor
 from ..dbthreads import DatabaseThreads, drop_if_broken
 from ..exceptions import QueueError
 from ..items import (
@@ -257,14 +258,8 @@ class OrmStore(QueueStore):
             sql = _POSTGRES_ADD.format(**_TABLES)
             params = [now_us, ids, senders, sizes, dues, queues, message_ids, subjects,
                       r_ids, r_positions, r_addresses, r_domains, ids, data, NOTIFY_CHANNEL]
-        import psycopg
-
-        with conn.wrap_database_errors:
-            conn.ensure_connection()
-            # psycopg's own cursor binds on the server: the parameters travel in binary, not as
-            # escaped text built in Python. Never prepared: a pooler in transaction mode may sit between.
-            with psycopg.Cursor(conn.connection) as cursor:
-                cursor.execute(sql, params, prepare=False)
+        with binary_cursor(conn) as cursor:
+            cursor.execute(sql, params)
         return result
 
     def _insert_sqlite(self, conn: BaseDatabaseWrapper, items: Sequence[NewItem], now: datetime,

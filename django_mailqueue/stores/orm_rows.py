@@ -9,8 +9,10 @@ from typing import Any
 
 from django.db import models
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.backends.utils import CursorWrapper
 from django.db.models import F, Q
 
+from ..binding import binary_cursor, in_binary
 from ..clock import from_micros
 from ..items import QueueItem, Recipient, RecipientState, Reply
 from ..models import QueuedItem, QueuedMessage, QueuedRecipient
@@ -110,6 +112,13 @@ class SqlRows(OrmRows):
         self._conn = conn
         self.postgres = conn.vendor == "postgresql"
 
+    def _cursor(self) -> CursorWrapper:
+        """On PostgreSQL a cursor binding every parameter in binary (the statements write `%b`)."""
+        return binary_cursor(self._conn) if self.postgres else self._conn.cursor()
+
+    def _sql(self, sql: str) -> str:
+        return in_binary(sql) if self.postgres else sql
+
     def claim(self, lane: str | None, owner: str, now_us: int, expires_us: int, limit: int) -> list[ItemRow]:
         """One statement: the earliest due rows taken and leased. On PostgreSQL the inner SELECT locks
         them with SKIP LOCKED, so concurrent claimers pass each other by; SQLite has one writer at a time."""
@@ -122,15 +131,15 @@ class SqlRows(OrmRows):
             f"AND (lease_expires IS NULL OR lease_expires <= %s) {lane_sql} "
             f"ORDER BY next_attempt, seq LIMIT %s{locking}) RETURNING {_ITEM_COLUMNS}"
         )
-        with self._conn.cursor() as cursor:
-            cursor.execute(sql, [owner, expires_us, now_us, now_us, *lane_params, limit])
+        with self._cursor() as cursor:
+            cursor.execute(self._sql(sql), [owner, expires_us, now_us, now_us, *lane_params, limit])
             return [self._item_row(row) for row in cursor.fetchall()]
 
     def lock(self, item_ids: Sequence[uuid.UUID]) -> list[ItemRow]:
         rows: list[ItemRow] = []
-        with self._conn.cursor() as cursor:
+        with self._cursor() as cursor:
             if self.postgres:
-                cursor.execute(f"SELECT {_ITEM_COLUMNS} FROM {_ITEMS} WHERE id = ANY(%s) "  # noqa: S608
+                cursor.execute(f"SELECT {_ITEM_COLUMNS} FROM {_ITEMS} WHERE id = ANY(%b) "  # noqa: S608
                                "ORDER BY seq FOR UPDATE", [list(item_ids)])
                 return list(cursor.fetchall())
             # A write first, so SQLite takes its write lock now, not at a later upgrade that could
@@ -146,9 +155,9 @@ class SqlRows(OrmRows):
         if not seqs:
             return found
         select = f"SELECT {_RECIPIENT_COLUMNS} FROM {_RECIPIENTS} WHERE item_id "  # noqa: S608
-        with self._conn.cursor() as cursor:
+        with self._cursor() as cursor:
             if self.postgres:
-                cursor.execute(select + "= ANY(%s) ORDER BY item_id, position", [list(seqs)])
+                cursor.execute(select + "= ANY(%b) ORDER BY item_id, position", [list(seqs)])
                 rows = cursor.fetchall()
             else:
                 rows = []
@@ -160,18 +169,18 @@ class SqlRows(OrmRows):
         return found
 
     def write_back(self, items: Sequence[tuple[Any, ...]], recipients: Sequence[tuple[Any, ...]]) -> None:
-        with self._conn.cursor() as cursor:
+        with self._cursor() as cursor:
             if recipients:
-                cursor.executemany(
+                cursor.executemany(self._sql(
                     f"UPDATE {_RECIPIENTS} SET state = %s, reply_code = %s, reply_status = %s, "  # noqa: S608
-                    "reply_text = %s, remote_mta = %s WHERE id = %s", list(recipients))
+                    "reply_text = %s, remote_mta = %s WHERE id = %s"), list(recipients))
             if items:
-                cursor.executemany(
+                cursor.executemany(self._sql(
                     f"UPDATE {_ITEMS} SET attempts = %s, next_attempt = %s, revision = %s, "  # noqa: S608
-                    "delay_warned = %s, owner = NULL, lease_expires = NULL, reclaims = 0 WHERE seq = %s", list(items))
+                    "delay_warned = %s, owner = NULL, lease_expires = NULL, reclaims = 0 WHERE seq = %s"), list(items))
 
     def drop(self, seqs: Sequence[int]) -> None:
-        with self._conn.cursor() as cursor:
+        with self._cursor() as cursor:
             if self.postgres:
                 # One statement: Django's foreign keys on PostgreSQL are checked at commit.
                 cursor.execute(_DROP_POSTGRES, [list(seqs)] * 3)
@@ -235,7 +244,7 @@ def _marks(values: Sequence[Any]) -> str:
 
 
 _DROP_POSTGRES = (
-    f"WITH m AS (DELETE FROM {_MESSAGES} WHERE item_id = ANY(%s)), "  # noqa: S608 - no input
-    f"r AS (DELETE FROM {_RECIPIENTS} WHERE item_id = ANY(%s)) "
-    f"DELETE FROM {_ITEMS} WHERE seq = ANY(%s)"
+    f"WITH m AS (DELETE FROM {_MESSAGES} WHERE item_id = ANY(%b)), "  # noqa: S608 - no input
+    f"r AS (DELETE FROM {_RECIPIENTS} WHERE item_id = ANY(%b)) "
+    f"DELETE FROM {_ITEMS} WHERE seq = ANY(%b)"
 )
