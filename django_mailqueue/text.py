@@ -40,6 +40,9 @@ def clean_reply_text(raw: str | bytes, limit: int = MAX_REPLY_TEXT) -> str:
     other control characters become U+FFFD or a space; line breaks become
     spaces; the result is at most `limit` characters.
     """
+    if isinstance(raw, str) and raw.isascii() and raw.isprintable():  # most replies: nothing to clean
+        text = raw.strip()
+        return text if len(text) <= limit else text[: limit - 1] + "\u2026"
     text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
     text = text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
     text = _LONE_SURROGATE.sub("\ufffd", text)

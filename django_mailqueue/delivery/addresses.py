@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 from dataclasses import dataclass
@@ -40,15 +41,19 @@ class EnvelopeAddress:
         return not self.wire.isascii()
 
 
+@functools.lru_cache(maxsize=4096)  # mail goes to the same few domains again and again
 def domain_to_ascii(domain: str) -> str | None:
     """A domain in lowercase A-label form ("bücher.example" -> "xn--bcher-kva.example"); None if invalid."""
     domain = domain.lower()
     if not domain or domain.startswith(".") or domain.endswith(".") or ".." in domain:
         return None
-    try:
-        ascii_domain = domain.encode("idna").decode("ascii")
-    except UnicodeError:
-        return None
+    if domain.isascii():  # already A-labels: the codec would only check the labels' lengths, as below
+        ascii_domain = domain
+    else:
+        try:
+            ascii_domain = domain.encode("idna").decode("ascii")
+        except UnicodeError:
+            return None
     if len(ascii_domain) > 253 or not all(_LABEL.match(label) for label in ascii_domain.split(".")):
         return None
     return ascii_domain

@@ -49,6 +49,8 @@ TOO_BIG = "5.3.4"
 NEEDS_SMTPUTF8 = "5.6.7"
 
 _ENHANCED = re.compile(r"^([245])\.(\d{1,3})\.(\d{1,3})(?=\s|$)")
+#: A byte that was not UTF-8, as aiosmtplib decodes it (`surrogateescape`).
+_ESCAPED_BYTE = re.compile("[\udc80-\udcff]")
 _CODE_CLASS_STATUS = {2: "2.0.0", 4: "4.0.0", 5: "5.0.0"}
 
 
@@ -102,7 +104,7 @@ def is_well_formed(code: int, text: str) -> bool:
     """
     if not 200 <= code <= 599:
         return False
-    return not any("\udc80" <= ch <= "\udcff" for ch in text)
+    return text.isascii() or _ESCAPED_BYTE.search(text) is None
 
 
 def temporary(reply: Reply) -> Reply:

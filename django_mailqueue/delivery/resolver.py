@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import ipaddress
 import logging
 import random
@@ -233,6 +234,7 @@ class DnsResolver:
         return Resolution(hosts=(MailHost(host, 0, addresses),))
 
 
+@functools.lru_cache(maxsize=256)  # a relay's HOST is looked at for every message
 def ip_literal(host: str) -> str | None:
     """The IP address `host` spells ("192.0.2.1", "[2001:db8::1]", "[IPv6:2001:db8::1]"), else None."""
     inner = host[1:-1] if host.startswith("[") and host.endswith("]") else host

@@ -17,7 +17,6 @@ END_OF_DATA = b".\r\n"
 _LINE_BREAK = re.compile(rb"\r\n|\r|\n")
 # After normalisation every line starts at the beginning or right after "\n".
 _LEADING_DOT = re.compile(rb"(?m)^\.")
-_NON_ASCII = re.compile(rb"[\x80-\xff]")
 
 
 def normalize_line_endings(message: bytes) -> bytes:
@@ -58,7 +57,7 @@ def header_section(normalized: bytes) -> bytes:
 
 def has_8bit(message: bytes) -> bool:
     """Whether the message holds a byte above 127 (so BODY=8BITMIME applies)."""
-    return _NON_ASCII.search(message) is not None
+    return not message.isascii()
 
 
 def headers_need_smtputf8(normalized: bytes) -> bool:

@@ -45,6 +45,44 @@ def test_well_formed() -> None:
     assert not r.is_well_formed(250, "bytes \udcff here")
 
 
+@pytest.mark.parametrize(("raw", "clean"), [
+    ("  Ok: queued as 4Bc  ", "Ok: queued as 4Bc"),  # plain ASCII: only the ends trimmed
+    ("a  b", "a  b"),
+    ("x" * 1200, "x" * 999 + "\u2026"),
+    ("tab\there\r\nnext", "tab here next"),
+    ("caf\u00e9 \x00 \udc80", "caf\u00e9 \ufffd \ufffd"),
+    (b"bytes \xff", "bytes \ufffd"),
+])
+def test_reply_text_is_cleaned(raw: str | bytes, clean: str) -> None:
+    from django_mailqueue.text import clean_reply_text
+
+    assert clean_reply_text(raw) == clean
+
+
+@pytest.mark.parametrize("domain", [
+    "example.test", "EXAMPLE.Test", "xn--bcher-kva.test", "a" * 63 + ".test", "a" * 64 + ".test", "under_score.test",
+    "-bad.test", "ok-1.test", "b\u00fccher.test", "x.y.z.w", ".".join(["a" * 60] * 5),
+])
+def test_ascii_domains_come_out_as_the_idna_codec_makes_them(domain: str) -> None:
+    from django_mailqueue.delivery.addresses import _LABEL, domain_to_ascii
+
+    try:
+        expected: str | None = domain.lower().encode("idna").decode("ascii")
+    except UnicodeError:
+        expected = None
+    if expected is not None and (len(expected) > 253 or not all(_LABEL.match(label) for label in expected.split("."))):
+        expected = None
+    assert domain_to_ascii(domain) == expected
+
+
+def test_8bit_is_any_byte_above_127() -> None:
+    from django_mailqueue.delivery.wire import has_8bit
+
+    assert not has_8bit(b"Subject: plain\r\n\r\n" + bytes(range(128)))
+    assert has_8bit(b"caf\xc3\xa9")
+    assert has_8bit(b"\x80")
+
+
 def test_temporary_keeps_code_and_downgrades_status() -> None:
     assert r.temporary(Reply(554, "5.7.1", "go away")) == Reply(554, "4.7.1", "go away")
     assert r.temporary(Reply(421, "4.3.2", "busy")) == Reply(421, "4.3.2", "busy")
