@@ -142,7 +142,17 @@ class Deliverer:
             self._destination(destinations, recipient).recipients.append(recipient)
 
         progress: dict[tuple[object, ...], _Progress] = {key: _Progress() for key in destinations}
-        if destinations:
+        if len(destinations) == 1:  # most messages: one session, run in this task
+            wire = await self._message(message)
+            ((key, dest),) = destinations.items()
+            try:
+                async with asyncio.timeout_at(deadline + DEADLINE_GRACE) as scope:
+                    await self._deliver_to_destination(dest, envelope_sender.wire, wire, deadline, progress[key])
+            except Exception as exc:
+                if not (isinstance(exc, TimeoutError) and scope.expired()):
+                    logger.error("delivery bug delivering to %s: %s", dest.name, type(exc).__name__)
+                    progress[key].failed = True
+        elif destinations:
             wire = await self._message(message)
             semaphore = asyncio.Semaphore(self._max_sessions)
             tasks = [
@@ -162,9 +172,6 @@ class Deliverer:
         outcomes: list[RecipientOutcome] = []
         possibly: set[str] = set()
         errors: list[QueueError] = []
-        seconds = self.settings.timeouts.session
-        late_reply = replies.own_reply(replies.NO_ANSWER, f"attempt deadline of {seconds:g} s passed")
-        internal_reply = replies.own_reply(replies.INTERNAL, "internal error during delivery (see the log)")
         for key in destinations:
             for error in progress[key].errors:
                 if all(str(e) != str(error) for e in errors):
@@ -177,13 +184,18 @@ class Deliverer:
             key = self._key(recipient)
             found = progress[key].outcomes.get(recipient.wire)
             if found is None:
-                reply = internal_reply if progress[key].failed else late_reply
-                found = RecipientOutcome(recipient.wire, RecipientState.PENDING, reply)
+                found = RecipientOutcome(recipient.wire, RecipientState.PENDING, self._unfinished(progress[key]))
             outcomes.append(RecipientOutcome(address, found.state, found.reply, found.remote_mta))
             if recipient.wire in progress[key].possibly_delivered:
                 possibly.add(address)
         return AttemptResult(tuple(outcomes), frozenset(possibly), tuple(errors),
                              started=started, finished=self.clock.now())
+
+    def _unfinished(self, progress: _Progress) -> Reply:
+        """The reply for a recipient its session left without an outcome."""
+        if progress.failed:
+            return replies.own_reply(replies.INTERNAL, "internal error during delivery (see the log)")
+        return replies.own_reply(replies.NO_ANSWER, f"attempt deadline of {self.settings.timeouts.session:g} s passed")
 
     # --- grouping -------------------------------------------------------------------
 

@@ -51,10 +51,15 @@ class Batcher(Generic[_In, _Out]):
             self._full.set()
 
     async def submit(self, entry: _In) -> _Out:
+        return await self.enqueue(entry)
+
+    def enqueue(self, entry: _In) -> asyncio.Future[_Out]:
+        """`submit` without the coroutine: the future of the entry's answer (gathering
+        futures costs no task each, as gathering coroutines does)."""
         future: asyncio.Future[_Out] = asyncio.get_running_loop().create_future()
         self._queue.append((entry, future))
         self._ensure_running()
-        return await future
+        return future
 
     def post(self, entries: Sequence[_In]) -> None:
         self._queue.extend((entry, None) for entry in entries)

@@ -697,7 +697,7 @@ class Worker:
         a slow database must not cost the lease. Past that the write goes on in the background."""
         if not entries:
             return
-        written = asyncio.gather(*(self._history.submit(entry) for entry in entries))
+        written = asyncio.gather(*(self._history.enqueue(entry) for entry in entries))
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(asyncio.shield(written), timeout=max(0.5, self.settings.lease / 4))
 

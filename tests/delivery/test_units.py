@@ -202,12 +202,15 @@ class HangingTransport(FakeTransport):
         raise AssertionError("unreachable")
 
 
+@pytest.mark.parametrize("recipients", [["a@one.test"], ["a@one.test", "b@two.test"]],
+                         ids=["one destination", "two destinations"])
 @pytest.mark.parametrize(("transport", "status"), [(BrokenTransport(), "4.3.0"), (HangingTransport(), "4.4.1")])
-async def test_a_misbehaving_transport_defers_and_never_raises(transport: FakeTransport, status: str) -> None:
+async def test_a_misbehaving_transport_defers_and_never_raises(transport: FakeTransport, status: str,
+                                                              recipients: list[str]) -> None:
     settings = QueueSettings(hostname="client.test", timeouts=Timeouts(session=0.3))
     deliverer = Deliverer(settings, transport=transport, resolver=FakeResolver())
 
-    result = await deliverer.deliver("s@origin.test", ["a@one.test"], b"x")
+    result = await deliverer.deliver("s@origin.test", recipients, b"x")
 
-    (outcome,) = result.outcomes
-    assert (outcome.state, outcome.reply.status) == (RecipientState.PENDING, status)
+    assert [o.address for o in result.outcomes] == recipients
+    assert {(o.state, o.reply.status) for o in result.outcomes} == {(RecipientState.PENDING, status)}
