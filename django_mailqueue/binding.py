@@ -18,7 +18,7 @@ def binary_cursor(conn: BaseDatabaseWrapper) -> CursorWrapper:
 
     conn.ensure_connection()
     with conn.wrap_database_errors:
-        return conn._prepare_cursor(psycopg.Cursor(conn.connection))  # type: ignore[no-any-return]
+        return conn._prepare_cursor(psycopg.Cursor(conn.connection))  # type: ignore[attr-defined,no-any-return]
 
 
 def in_binary(sql: str) -> str:

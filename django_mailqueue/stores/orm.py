@@ -17,8 +17,8 @@ from django.db import DatabaseError, connections, models, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import F, Q
 
-from ..clock import from_micros, to_micros
 from ..binding import binary_cursor
+from ..clock import from_micros, to_micros
 from ..dbthreads import DatabaseThreads, drop_if_broken
 from ..exceptions import QueueError
 from ..items import (

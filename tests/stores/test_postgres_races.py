@@ -111,7 +111,8 @@ def test_a_message_of_up_to_a_page_stays_in_its_row_and_a_larger_one_goes_to_toa
 
     def toasted_chunks() -> int:
         with connections["pg"].cursor() as cursor:
-            cursor.execute("SELECT reltoastrelid::regclass::text FROM pg_class WHERE oid = 'mailqueue_message'::regclass")
+            cursor.execute("SELECT reltoastrelid::regclass::text FROM pg_class "
+                           "WHERE oid = 'mailqueue_message'::regclass")
             (toast,) = cursor.fetchone()
             cursor.execute(f"SELECT count(*) FROM {toast}")  # noqa: S608 - a name from the catalogue
             return int(cursor.fetchone()[0])
