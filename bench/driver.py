@@ -323,7 +323,7 @@ def cmd_info(a: Adapter, args: argparse.Namespace) -> dict[str, object]:
     from importlib.metadata import PackageNotFoundError, version
 
     out: dict[str, object] = {"python": sys.version.split()[0], "django": django.get_version(), **a.info()}
-    for dist in ("aiosmtplib", "psycopg", "redis"):
+    for dist in ("aiosmtplib", "psycopg", "redis", "hiredis"):
         try:
             out[dist] = version(dist)
         except PackageNotFoundError:

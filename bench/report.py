@@ -116,6 +116,7 @@ def render(data: dict[str, Any]) -> str:
         f"- **Versions:** Python {v.get('python')}; Django {v.get('django_ours')} (ours) / {v.get('django_peers')} "
         f"(peers); django-mailqueue {v.get('ours')} ({v.get('git', '?')}); django-mailer {v.get('mailer')}; "
         f"django-post-office {v.get('postoffice')}; aiosmtplib {v.get('aiosmtplib')}; psycopg {v.get('psycopg')}; "
+        f"redis-py {v.get('redis_py')} (hiredis {v.get('hiredis') or 'not installed'}); "
         f"{v.get('postgres')}; {v.get('redis')}; {v.get('postfix')}."
     )
     pg = data.get("postgres_settings", {})

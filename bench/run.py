@@ -118,6 +118,7 @@ def versions(ctx: Context) -> tuple[dict[str, Any], dict[str, Any]]:
         "aiosmtplib_ours": ours.get("aiosmtplib"),
         "psycopg": ours.get("psycopg"),
         "redis_py": ours.get("redis"),
+        "hiredis": ours.get("hiredis"),
         "postgres": _short(ctx.servers.postgres.version(), "PostgreSQL"),
         "redis": _short(ctx.servers.redis.version(), "Redis"),
         "postfix": SmtpSink.version(),
