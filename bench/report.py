@@ -166,8 +166,7 @@ def render(data: dict[str, Any]) -> str:
         w(
             "SQL statements per enqueued message, by verb (counted in a separate, untimed run of 200 messages; "
             "a bulk INSERT of many rows counts once; PostgreSQL commits from `pg_stat_database`). Ours on "
-            "PostgreSQL adds through psycopg's own cursor, which Django's execute wrapper does not see: each add is "
-            "one statement, as its commits show:"
+            "PostgreSQL adds in one statement (`WITH …`) per call or batch, as its commits show:"
         )
         w("")
         w("| configuration | one a call | commits | batches of 100 | commits |")
