@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import ssl
 from collections.abc import Sequence
@@ -142,33 +143,19 @@ class Deliverer:
             self._destination(destinations, recipient).recipients.append(recipient)
 
         progress: dict[tuple[object, ...], _Progress] = {key: _Progress() for key in destinations}
-        if len(destinations) == 1:  # most messages: one session, run in this task
-            wire = await self._message(message)
-            ((key, dest),) = destinations.items()
-            try:
-                async with asyncio.timeout_at(deadline + DEADLINE_GRACE) as scope:
-                    await self._deliver_to_destination(dest, envelope_sender.wire, wire, deadline, progress[key])
-            except Exception as exc:
-                if not (isinstance(exc, TimeoutError) and scope.expired()):
-                    logger.error("delivery bug delivering to %s: %s", dest.name, type(exc).__name__)
-                    progress[key].failed = True
-        elif destinations:
+        if destinations:
             wire = await self._message(message)
             semaphore = asyncio.Semaphore(self._max_sessions)
-            tasks = [
-                asyncio.create_task(self._deliver_to(dest, envelope_sender.wire, wire, deadline, progress[key],
-                                                     semaphore))
-                for key, dest in destinations.items()
-            ]
-            _, late = await asyncio.wait(tasks, timeout=max(0.0, deadline - loop.time()) + DEADLINE_GRACE)
-            for task in late:
-                task.cancel()
-            results = await asyncio.gather(*tasks, return_exceptions=True)
-            for key, result in zip(destinations, results, strict=True):
-                if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
-                    logger.error("delivery bug delivering to %s: %s", destinations[key].name, type(result).__name__)
-                    progress[key].failed = True
-
+            sessions = [self._deliver_to(dest, envelope_sender.wire, wire, deadline, progress[key], semaphore)
+                        for key, dest in destinations.items()]
+            # Past the deadline (and its grace) the sessions still running are cancelled; their
+            # recipients stay without an outcome and are deferred below.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout_at(deadline + DEADLINE_GRACE):
+                    if len(sessions) == 1:
+                        await sessions[0]  # most messages: one session, in this task
+                    else:
+                        await asyncio.gather(*sessions)
         outcomes: list[RecipientOutcome] = []
         possibly: set[str] = set()
         errors: list[QueueError] = []
@@ -256,8 +243,13 @@ class Deliverer:
 
     async def _deliver_to(self, dest: _Destination, sender: str, message: _Message, deadline: float,
                           progress: _Progress, semaphore: asyncio.Semaphore) -> None:
-        async with semaphore:
-            await self._deliver_to_destination(dest, sender, message, deadline, progress)
+        """One destination's sessions; a bug in them defers its recipients (never raises)."""
+        try:
+            async with semaphore:
+                await self._deliver_to_destination(dest, sender, message, deadline, progress)
+        except Exception as exc:
+            logger.error("delivery bug delivering to %s: %s", dest.name, type(exc).__name__)
+            progress.failed = True
 
     async def _deliver_to_destination(self, dest: _Destination, sender: str, message: _Message, deadline: float,
                                       progress: _Progress) -> None:
