@@ -1,10 +1,17 @@
-"""Enqueue rate: one `send_mail()` a call, and batches of 100, every library on SQLite and PostgreSQL (ours: Redis)."""
+"""Enqueue rate: one `send_mail()` a call, and batches of 100, every library on SQLite and PostgreSQL (ours: Redis);
+and the commit floor on each database (bench/commit_floor.py), the most any one-a-call enqueue can reach."""
 
 from __future__ import annotations
 
-from .context import ALL, Context
+import contextlib
+import json
+
+from . import procs
+from .context import ALL, BENCH, OURS_PY, Context
+from .measure_raw import plain_env
 
 MEASURES = {"single": "enqueue.single", "batch": "enqueue.batch"}
+FLOOR = "enqueue.floor"
 
 
 def run(ctx: Context) -> None:
@@ -26,3 +33,35 @@ def run(ctx: Context) -> None:
                 except Exception as exc:  # noqa: BLE001 - one configuration's failure must not stop the run
                     ctx.mark(measure, cfg.key, "msg/s", "error", f"{type(exc).__name__}: {exc}")
                     ctx.log(f"{measure} {cfg.key} run {rep + 1}: ERROR {exc}")
+        for db in ("sqlite", "postgres"):
+            floor(ctx, db, rep)
+
+
+def floor(ctx: Context, db: str, rep: int) -> None:
+    """One run of the commit floor on a blank database (a new SQLite file; a new PostgreSQL database)."""
+    n, size = ctx.args.n, ctx.args.size
+    name = f"floor_{db}_{rep + 1}"
+    path = ctx.runs / f"{name}.sqlite3"
+    cmd = [str(OURS_PY), str(BENCH / "commit_floor.py"), "--count", str(n), "--size", str(size)]
+    try:
+        if db == "sqlite":
+            path.unlink(missing_ok=True)
+            cmd += ["--sqlite", str(path)]
+        else:
+            ctx.servers.postgres.create_db(name)
+            cmd += ["--pg-port", str(ctx.servers.postgres.port), "--pg-name", name]
+        res = procs.run(cmd, env=plain_env(), timeout=1800).check("the commit floor")
+        out = json.loads(res.stdout.strip().splitlines()[-1])
+        rate = out["count"] / out["seconds"]
+        ctx.record(FLOOR, db, "msg/s", rate, seconds=out["seconds"], count=out["count"])
+        ctx.log(f"{FLOOR} {db} run {rep + 1}: {rate:,.0f} msg/s")
+    except Exception as exc:  # noqa: BLE001 - the floor is context; its failure must not stop the run
+        ctx.mark(FLOOR, db, "msg/s", "error", f"{type(exc).__name__}: {exc}")
+        ctx.log(f"{FLOOR} {db} run {rep + 1}: ERROR {exc}")
+    finally:
+        if db == "sqlite":
+            for suffix in ("", "-journal"):
+                path.with_name(path.name + suffix).unlink(missing_ok=True)
+        else:
+            with contextlib.suppress(Exception):
+                ctx.servers.postgres.drop_db(name)

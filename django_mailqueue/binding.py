@@ -12,8 +12,9 @@ def binary_cursor(conn: BaseDatabaseWrapper) -> CursorWrapper:
     Django's own PostgreSQL cursor quotes each value into the statement's text in Python (its
     default, client-side binding); this one sends them apart, in binary — no escaping of texts,
     arrays or bytes. Django's wrapper stays around it: its error translation, query log and
-    execute wrappers apply. Statements are never prepared (Django's default; a pooler in
-    transaction mode may sit between)."""
+    execute wrappers apply. psycopg prepares a statement on the server only when the database's
+    `OPTIONS["prepare_threshold"]` asks it to (Django's default: never, as a pooler in transaction
+    mode may sit between); the queue's statements are then prepared like any other."""
     import psycopg
 
     conn.ensure_connection()

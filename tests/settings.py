@@ -72,6 +72,8 @@ if PG_AVAILABLE:
     }
     PG_TEST_NAME = os.environ.get("MAILQUEUE_TEST_PG_DBNAME", "test_mailqueue")
     DATABASES["pg"] = {**_pg_settings, "TEST": {"NAME": PG_TEST_NAME}}
+    # The same database, every statement that can be prepared prepared on its first run.
+    DATABASES["pg_prepared"] = {**_pg_settings, "OPTIONS": {"prepare_threshold": 0}, "TEST": {"MIRROR": "pg"}}
     # The same database, every session defaulting to SERIALIZABLE.
     DATABASES["pg_serializable"] = {
         **_pg_settings,
@@ -95,6 +97,7 @@ if os.environ.get("MAILQUEUE_TEST_WORKER"):
     if PG_AVAILABLE:
         DATABASES["pg"]["NAME"] = PG_TEST_NAME
         DATABASES["pg_serializable"]["NAME"] = PG_TEST_NAME
+        DATABASES["pg_prepared"]["NAME"] = PG_TEST_NAME
     MAILQUEUE = json.loads(os.environ.get("MAILQUEUE_TEST_MAILQUEUE", "{}"))
     LOGGING_CONFIG = "logging.config.dictConfig"
     LOGGING = {

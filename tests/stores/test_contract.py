@@ -1,7 +1,9 @@
 """The store contract suite, run against MemoryStore, OrmStore on SQLite (its hand-written statements and the
-ORM's) and OrmStore on PostgreSQL (both too)."""
+ORM's) and OrmStore on PostgreSQL (both too, and the hand-written ones prepared)."""
 
 from __future__ import annotations
+
+from datetime import timedelta
 
 import pytest
 
@@ -10,7 +12,7 @@ from django_mailqueue.stores.memory import MemoryStore
 from django_mailqueue.stores.orm import OrmStore
 from django_mailqueue.testing import QueueStoreContract
 from django_mailqueue.testing.contract import StoreFactory
-from tests.support.databases import DATABASES
+from tests.support.databases import DATABASES, PREPARED
 
 
 class TestMemoryStore(QueueStoreContract):
@@ -62,6 +64,34 @@ class TestOrmStorePostgres(QueueStoreContract):
             return store
 
         return make
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True, databases=[*DATABASES, *PREPARED])
+class TestOrmStorePreparedPostgres(QueueStoreContract):
+    """The hand-written statements prepared on the server (a connection with Django's
+    `OPTIONS["prepare_threshold"]`; 0 here: every statement from its first run)."""
+
+    @pytest.fixture
+    def make_store(self, pg_alias: str) -> StoreFactory:
+        def make(max_items: int | None = None) -> QueueStore:
+            return OrmStore({"database": "pg_prepared"}, max_items=max_items)
+
+        return make
+
+    def test_the_statements_are_prepared(self, store: QueueStore) -> None:
+        from django.db import connections
+
+        from django_mailqueue.testing.contract import T0, new_item
+
+        store.add_many([new_item(), new_item()], now=T0)
+        store.add(new_item(), now=T0)
+        claimed = store.claim(owner="worker-1", now=T0, lease_expires=T0 + timedelta(seconds=60), limit=5)
+        assert len(claimed) == 3
+        with connections["pg_prepared"].cursor() as cursor:
+            cursor.execute("SELECT statement FROM pg_prepared_statements WHERE NOT from_sql")
+            prepared = " ".join(row[0] for row in cursor.fetchall())
+        assert "INSERT INTO mailqueue_item" in prepared
 
 
 class TestOrmStorePortablePostgres(TestOrmStorePostgres):
