@@ -455,8 +455,8 @@ class OrmStore(QueueStore):
         with conn.wrap_database_errors:
             conn.ensure_connection()
             with psycopg.Cursor(conn.connection) as cursor:
-                # Never prepared: a connection pooler in transaction mode may sit in between.
-                cursor.execute(_READ_MESSAGES, [READ_CHUNK, item_ids], binary=True, prepare=False)
+                # Prepared only as the connection's prepare_threshold says (Django's default: never).
+                cursor.execute(_READ_MESSAGES, [READ_CHUNK, item_ids], binary=True)
                 large: builtins.list[tuple[uuid.UUID, int, int]] = []
                 for item_id, seq, size, data in cursor.fetchall():
                     if data is not None:
@@ -468,7 +468,7 @@ class OrmStore(QueueStore):
                 for item_id, seq, size in large:
                     parts = []
                     for start in range(0, size, READ_CHUNK):
-                        cursor.execute(_READ_SLICE, [start + 1, READ_CHUNK, seq], binary=True, prepare=False)
+                        cursor.execute(_READ_SLICE, [start + 1, READ_CHUNK, seq], binary=True)
                         row = cursor.fetchone()
                         if row is None:
                             break  # cancelled or finished meanwhile

@@ -6,6 +6,7 @@ import asyncio
 import builtins
 import contextlib
 import functools
+import io
 import json
 import logging
 import threading
@@ -44,6 +45,10 @@ logger = logging.getLogger("django_mailqueue.stores.redis")
 LAYOUT_VERSION = "django-mailqueue:1"
 #: Items `list` and `count` read per script call when they filter.
 SCAN_PAGE = 500
+#: A message larger than this is read in slices of this size (GETRANGE): the client's reply
+#: parser holds a reply whole before it becomes bytes, so one GET of a 10 MiB message would
+#: briefly cost twice its size.
+READ_CHUNK = 1024 * 1024
 
 T = TypeVar("T")
 SyncClient = redis.Redis  # the generic parameters are the stubs' only
@@ -604,12 +609,36 @@ class RedisStore(QueueStore):
         return {item_id: bytes(raw) for item_id, raw in zip(item_ids, found, strict=True) if raw is not None}
 
     def read_message(self, item_id: uuid.UUID) -> bytes | None:
-        return self._do(lambda client: _bytes_or_none(client.execute_command("GET", self.keys.message(item_id))))
+        key = self.keys.message(item_id)
+
+        def work(client: SyncClient[bytes]) -> bytes | None:
+            size = int(client.execute_command("STRLEN", key))
+            if size <= READ_CHUNK:
+                return _bytes_or_none(client.execute_command("GET", key))
+            message = io.BytesIO()
+            for start in range(0, size, READ_CHUNK):
+                part = client.execute_command("GETRANGE", key, start, start + READ_CHUNK - 1)
+                if len(part) != min(READ_CHUNK, size - start):
+                    return None  # done (or cancelled) and dropped meanwhile
+                message.write(part)
+            return message.getvalue()
+
+        return self._do(work)
 
     async def aread_message(self, item_id: uuid.UUID) -> bytes | None:
+        key = self.keys.message(item_id)
+
         async def work(client: AsyncClient[bytes]) -> bytes | None:
-            key = self.keys.message(item_id)
-            return _bytes_or_none(await client.execute_command("GET", key))  # type: ignore[no-untyped-call]
+            size = int(await client.execute_command("STRLEN", key))  # type: ignore[no-untyped-call]
+            if size <= READ_CHUNK:
+                return _bytes_or_none(await client.execute_command("GET", key))  # type: ignore[no-untyped-call]
+            message = io.BytesIO()
+            for start in range(0, size, READ_CHUNK):
+                part = await client.execute_command("GETRANGE", key, start, start + READ_CHUNK - 1)  # type: ignore[no-untyped-call]
+                if len(part) != min(READ_CHUNK, size - start):
+                    return None  # done (or cancelled) and dropped meanwhile
+                message.write(part)
+            return message.getvalue()
 
         return await self._ado(work)
 

@@ -88,10 +88,12 @@ class TestOrmStorePreparedPostgres(QueueStoreContract):
         store.add(new_item(), now=T0)
         claimed = store.claim(owner="worker-1", now=T0, lease_expires=T0 + timedelta(seconds=60), limit=5)
         assert len(claimed) == 3
+        assert len(store.read_messages([item.id for item in claimed])) == 3
         with connections["pg_prepared"].cursor() as cursor:
             cursor.execute("SELECT statement FROM pg_prepared_statements WHERE NOT from_sql")
             prepared = " ".join(row[0] for row in cursor.fetchall())
         assert "INSERT INTO mailqueue_item" in prepared
+        assert "octet_length(m.data)" in prepared  # the message read
 
 
 class TestOrmStorePortablePostgres(TestOrmStorePostgres):

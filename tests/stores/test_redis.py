@@ -330,6 +330,7 @@ MESSAGES = [
     bytes(range(256)),
     b"Subject: \xff\xfe\r\n\r\n\x00\x00 body \x80\x81\r\n.\r\n",
     random.Random(5).randbytes(3 * 1024 * 1024),
+    random.Random(6).randbytes(2 * 1024 * 1024 + 17),  # read in three slices, the last of 17 bytes
 ]
 
 
@@ -338,6 +339,44 @@ def test_arbitrary_bytes_read_back_identical(store: RedisStore) -> None:
     for item, message in zip(added, MESSAGES, strict=True):
         assert item.size == len(message)
         assert store.read_message(item.id) == message
+
+
+def _recording(store: RedisStore, monkeypatch: pytest.MonkeyPatch, after: Any = None) -> list[tuple[str, int]]:
+    """The commands the store's sync client runs, with the length of each reply; `after(name)` runs after each."""
+    client = store._sync_client()
+    run = client.execute_command
+    seen: list[tuple[str, int]] = []
+
+    def recorded(*args: Any, **options: Any) -> Any:
+        reply = run(*args, **options)
+        seen.append((str(args[0]), len(reply) if isinstance(reply, bytes) else 0))
+        if after is not None:
+            after(str(args[0]))
+        return reply
+
+    monkeypatch.setattr(client, "execute_command", recorded)
+    return seen
+
+
+def test_a_large_message_is_read_in_slices(store: RedisStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    from django_mailqueue.stores.redis import READ_CHUNK
+
+    message = random.Random(7).randbytes(5 * READ_CHUNK // 2)
+    item = store.add(new_item(message=message), now=T0)
+    seen = _recording(store, monkeypatch)
+    assert store.read_message(item.id) == message
+    assert [name for name, _ in seen] == ["STRLEN", "GETRANGE", "GETRANGE", "GETRANGE"]
+    assert max(length for _, length in seen) == READ_CHUNK  # no reply holds the whole message
+
+
+def test_a_message_dropped_between_slices_reads_as_gone(store: RedisStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    from django_mailqueue.stores.redis import READ_CHUNK
+
+    item = store.add(new_item(message=b"x" * (3 * READ_CHUNK)), now=T0)
+    key = store.keys.message(item.id)
+    sync = store._sync_client()
+    _recording(store, monkeypatch, after=lambda name: sync.delete(key) if name == "GETRANGE" else None)
+    assert store.read_message(item.id) is None
 
 
 async def test_arbitrary_bytes_read_back_identical_async(store: RedisStore) -> None:
