@@ -69,7 +69,8 @@ class History:
         if conn.vendor == "postgresql":
             # One array per column: the statement's text is the same for any number of rows (a
             # VALUES list of 20 rows is 280 placeholders for psycopg to find anew every time).
-            with transaction.atomic(using=self.alias, savepoint=False), binary_cursor(conn) as cursor:
+            # One statement is atomic by itself: no BEGIN and COMMIT round trips around it.
+            with binary_cursor(conn) as cursor:
                 cursor.execute(_POSTGRES_INSERT, [list(column) for column in zip(*rows, strict=True)])
             return
         size = max(1, conn.ops.bulk_batch_size(_FIELDS, rows))
