@@ -133,16 +133,15 @@ async def test_a_store_outage_while_reading_the_message_is_not_an_internal_error
 @pytest.mark.django_db(transaction=True)
 async def test_a_database_blip_does_not_lose_history(monkeypatch: pytest.MonkeyPatch) -> None:
     from django.db import DatabaseError
-    from django.db.models.query import QuerySet
 
     from django_mailqueue.history import History
     from django_mailqueue.models import DeliveryRecord
 
-    original = QuerySet.bulk_create
+    original = History.record
     failures = [1]
 
-    def flaky_bulk_create(self: QuerySet[Any], *args: Any, **kwargs: Any) -> Any:
-        if self.model is DeliveryRecord and failures[0] > 0:
+    def flaky_record(self: History, *args: Any, **kwargs: Any) -> Any:
+        if failures[0] > 0:
             failures[0] -= 1
             raise DatabaseError("server closed the connection unexpectedly (injected)")
         return original(self, *args, **kwargs)
@@ -150,12 +149,13 @@ async def test_a_database_blip_does_not_lose_history(monkeypatch: pytest.MonkeyP
     store = MemoryStore()
     item = store.add(NewItem("a@origin.test", ("b@dest.test",), MESSAGE), now=SystemClock().now())
     worker = Worker(store=store, settings=settings(), deliverer=ScriptedDeliverer(), history=History("default"))
-    monkeypatch.setattr(QuerySet, "bulk_create", flaky_bulk_create)
+    monkeypatch.setattr(History, "record", flaky_record)
     await run_until(worker, lambda: store.get(item.id) is None, timeout=8)
 
     from asgiref.sync import sync_to_async
 
     recorded = await sync_to_async(lambda: DeliveryRecord.objects.filter(item_id=item.id).count())()
+    assert failures == [0], "the injected blip never happened"
     assert recorded == 1, "the delivery of b@dest.test is missing from the history"
 
 
