@@ -17,6 +17,11 @@ from ..text import refuse_line_breaks, refuse_unkeepable
 
 _T = TypeVar("_T")
 
+#: A message larger than this is read in slices of this size (the ORM store on PostgreSQL,
+#: the Redis store): a driver holds a reply whole before it hands it over, so one read of a
+#: 10 MiB message would cost twice its size, and libpq keeps its buffer that large.
+READ_CHUNK = 1024 * 1024
+
 
 class QueueStore(abc.ABC):
     """Where items wait: added by the backend, claimed and completed by workers.

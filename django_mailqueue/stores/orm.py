@@ -34,7 +34,7 @@ from ..items import (
 )
 from ..models import QueuedItem, QueuedMessage, QueuedRecipient, QueueLock
 from ..status import QueueSummary
-from .base import QueueStore, check_completion, check_new_item, check_owner
+from .base import READ_CHUNK, QueueStore, check_completion, check_new_item, check_owner
 from .orm_rows import ITEM_FIELDS, ItemRow, OrmRows, SqlRows, due, recipient_written, to_item
 
 if TYPE_CHECKING:
@@ -647,8 +647,6 @@ _TABLES = {"items": QueuedItem._meta.db_table, "recipients": QueuedRecipient._me
            "messages": QueuedMessage._meta.db_table}
 
 
-#: PostgreSQL: messages larger than this are read in slices of this size.
-READ_CHUNK = 1024 * 1024
 _READ_MESSAGES = (
     "SELECT i.id, m.item_id, octet_length(m.data), "  # noqa: S608 - table names, no input
     "CASE WHEN octet_length(m.data) <= %s THEN m.data END "

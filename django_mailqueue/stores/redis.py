@@ -37,7 +37,7 @@ from ..items import (
 )
 from . import redis_connection as conn
 from . import redis_scripts as scripts
-from .base import QueueStore, check_completion, check_new_item, check_owner
+from .base import READ_CHUNK, QueueStore, check_completion, check_new_item, check_owner
 
 logger = logging.getLogger("django_mailqueue.stores.redis")
 
@@ -45,10 +45,6 @@ logger = logging.getLogger("django_mailqueue.stores.redis")
 LAYOUT_VERSION = "django-mailqueue:1"
 #: Items `list` and `count` read per script call when they filter.
 SCAN_PAGE = 500
-#: A message larger than this is read in slices of this size (GETRANGE): the client's reply
-#: parser holds a reply whole before it becomes bytes, so one GET of a 10 MiB message would
-#: briefly cost twice its size.
-READ_CHUNK = 1024 * 1024
 
 T = TypeVar("T")
 SyncClient = redis.Redis  # the generic parameters are the stubs' only

@@ -86,7 +86,7 @@ def test_a_message_larger_than_a_read_slice_comes_back_byte_for_byte(pg_alias: s
     import random
 
     from django_mailqueue.items import NewItem
-    from django_mailqueue.stores.orm import READ_CHUNK
+    from django_mailqueue.stores.base import READ_CHUNK
 
     store = OrmStore({"database": "pg"})
     rng = random.Random(7)

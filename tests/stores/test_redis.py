@@ -359,7 +359,7 @@ def _recording(store: RedisStore, monkeypatch: pytest.MonkeyPatch, after: Any = 
 
 
 def test_a_large_message_is_read_in_slices(store: RedisStore, monkeypatch: pytest.MonkeyPatch) -> None:
-    from django_mailqueue.stores.redis import READ_CHUNK
+    from django_mailqueue.stores.base import READ_CHUNK
 
     message = random.Random(7).randbytes(5 * READ_CHUNK // 2)
     item = store.add(new_item(message=message), now=T0)
@@ -370,7 +370,7 @@ def test_a_large_message_is_read_in_slices(store: RedisStore, monkeypatch: pytes
 
 
 def test_a_message_dropped_between_slices_reads_as_gone(store: RedisStore, monkeypatch: pytest.MonkeyPatch) -> None:
-    from django_mailqueue.stores.redis import READ_CHUNK
+    from django_mailqueue.stores.base import READ_CHUNK
 
     item = store.add(new_item(message=b"x" * (3 * READ_CHUNK)), now=T0)
     key = store.keys.message(item.id)
