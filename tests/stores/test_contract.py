@@ -7,11 +7,13 @@ from datetime import timedelta
 
 import pytest
 
+from django_mailqueue.items import Completion, RecipientState
+from django_mailqueue.models import QueuedItem, QueuedMessage, QueuedRecipient
 from django_mailqueue.stores.base import QueueStore
 from django_mailqueue.stores.memory import MemoryStore
 from django_mailqueue.stores.orm import OrmStore
 from django_mailqueue.testing import QueueStoreContract
-from django_mailqueue.testing.contract import StoreFactory
+from django_mailqueue.testing.contract import LATER, NO, OK, T0, StoreFactory, at, new_item, outcome
 from tests.support.databases import DATABASES, PREPARED
 
 
@@ -24,8 +26,33 @@ class TestMemoryStore(QueueStoreContract):
         return make
 
 
+class ItemRowsLeaveTogether:
+    """The ORM store's tables have no foreign keys in the database (they would cost a trigger and a row lock
+    a message added): the store itself keeps an item's recipients and message with it, and drops them with it."""
+
+    def rows(self, store: QueueStore) -> tuple[int, int, int]:
+        alias = store.alias  # type: ignore[attr-defined]
+        return (QueuedItem.objects.using(alias).count(), QueuedRecipient.objects.using(alias).count(),
+                QueuedMessage.objects.using(alias).count())
+
+    def test_an_item_leaves_with_its_recipients_and_message(self, store: QueueStore) -> None:
+        delivered, failed, deferred, cancelled, kept = store.add_many(
+            [new_item(["a@x.org", "b@x.org"]), new_item(), new_item(), new_item(), new_item(["c@x.org"])], now=T0)
+        assert self.rows(store) == (5, 6, 5)
+        claimed = {item.id: item for item in store.claim(owner="w1", now=T0, lease_expires=at(60), limit=5)}
+        for item, state, reply in [(delivered, RecipientState.DELIVERED, OK), (failed, RecipientState.FAILED, NO),
+                                   (deferred, RecipientState.PENDING, LATER)]:
+            store.complete(item.id, owner="w1", revision=claimed[item.id].revision, completion=Completion(
+                tuple(outcome(r.address, state, reply) for r in item.recipients), next_attempt=at(300)))
+        assert store.cancel(cancelled.id) is not None
+        assert self.rows(store) == (2, 2, 2)  # the deferred item and the one never completed
+        QueuedItem.objects.using(store.alias).filter(id=kept.id).delete()  # type: ignore[attr-defined] # as the admin
+        assert self.rows(store) == (1, 1, 1)
+        assert store.get(deferred.id) is not None and store.read_message(deferred.id) is not None
+
+
 @pytest.mark.django_db(transaction=True)
-class TestOrmStoreSqlite(QueueStoreContract):
+class TestOrmStoreSqlite(ItemRowsLeaveTogether, QueueStoreContract):
     race_items = 150
     #: False: the ORM's own statements, the path of databases other than SQLite and PostgreSQL
     hand_written_sql = True
@@ -53,7 +80,7 @@ class TestOrmStorePortableSqlite(TestOrmStoreSqlite):
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True, databases=DATABASES)
-class TestOrmStorePostgres(QueueStoreContract):
+class TestOrmStorePostgres(ItemRowsLeaveTogether, QueueStoreContract):
     hand_written_sql = True
 
     @pytest.fixture
