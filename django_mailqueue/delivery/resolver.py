@@ -15,13 +15,12 @@ import logging
 import random
 import socket
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-import dns.asyncresolver
-import dns.exception
-import dns.name
-import dns.rdatatype
-import dns.resolver
+if TYPE_CHECKING:
+    import dns.asyncresolver
+    import dns.rdatatype
+    import dns.resolver
 
 from ..conf import DnsSettings
 from ..items import Reply
@@ -105,6 +104,9 @@ class DnsResolver:
 
     def _get_resolver(self) -> dns.asyncresolver.Resolver:
         if self._resolver is None:
+            # dnspython on the first MX lookup, not at import: a worker that only relays never loads it
+            import dns.asyncresolver
+
             configure = self._settings.nameservers is None
             resolver = dns.asyncresolver.Resolver(configure=configure)
             if self._settings.nameservers is not None:
@@ -117,6 +119,11 @@ class DnsResolver:
         return self._resolver
 
     async def _query(self, name: str, rdtype: dns.rdatatype.RdataType) -> _Lookup:
+        import dns.exception
+        import dns.name
+        import dns.rdatatype
+        import dns.resolver
+
         label = dns.rdatatype.to_text(rdtype)
         try:
             qname = dns.name.from_text(name)
@@ -134,6 +141,8 @@ class DnsResolver:
         return _Lookup(_Kind.ANSWER, answer=answer)
 
     async def _addresses(self, name: str) -> tuple[tuple[str, ...], list[_Lookup]]:
+        import dns.rdatatype
+
         a, aaaa = await asyncio.gather(self._query(name, dns.rdatatype.A), self._query(name, dns.rdatatype.AAAA))
         addresses: list[str] = []
         for lookup in (a, aaaa):
@@ -142,6 +151,9 @@ class DnsResolver:
         return tuple(dict.fromkeys(addresses)), [a, aaaa]
 
     async def resolve_domain(self, domain: str) -> Resolution:
+        import dns.name
+        import dns.rdatatype
+
         mx = await self._query(domain, dns.rdatatype.MX)
         if mx.kind is _Kind.NXDOMAIN:
             return Resolution(failure=replies.own_reply(
