@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 from django.db import models
@@ -112,7 +113,7 @@ class SqlRows(OrmRows):
         self._conn = conn
         self.postgres = conn.vendor == "postgresql"
 
-    def _cursor(self) -> CursorWrapper:
+    def _cursor(self) -> AbstractContextManager[CursorWrapper]:
         """On PostgreSQL a cursor binding every parameter in binary (the statements write `%b`)."""
         return binary_cursor(self._conn) if self.postgres else self._conn.cursor()
 
