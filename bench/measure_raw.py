@@ -27,6 +27,35 @@ def plain_env() -> dict[str, str]:
     return env
 
 
+def aiosmtplib_rate(ctx: Context, mode: str) -> dict[str, float]:
+    """One run of the raw aiosmtplib client (20 connections, N messages): its rate, seconds and size."""
+    n, size = ctx.args.n, ctx.args.size
+    before = ctx.servers.sink.messages()
+    res = procs.run(
+        [
+            str(PEERS_PY),
+            str(BENCH / "raw_client.py"),
+            "--port",
+            str(ctx.servers.sink.port),
+            "--count",
+            str(n),
+            "--size",
+            str(size),
+            "--concurrency",
+            str(CONCURRENCY),
+            "--mode",
+            mode,
+        ],
+        env=plain_env(),
+        timeout=1800,
+    ).check("raw aiosmtplib client")
+    got = ctx.servers.sink.messages() - before
+    if got < n:
+        raise RuntimeError(f"the sink got {got} of {n}")
+    out: dict[str, float] = json.loads(res.stdout.strip().splitlines()[-1])
+    return out
+
+
 def run(ctx: Context) -> None:
     n, size = ctx.args.n, ctx.args.size
     port = ctx.servers.sink.port
@@ -35,29 +64,7 @@ def run(ctx: Context) -> None:
         for mode in ("per-connection", "reuse"):
             measure = f"raw.{mode}"
             try:
-                before = ctx.servers.sink.messages()
-                res = procs.run(
-                    [
-                        str(PEERS_PY),
-                        str(BENCH / "raw_client.py"),
-                        "--port",
-                        str(port),
-                        "--count",
-                        str(n),
-                        "--size",
-                        str(size),
-                        "--concurrency",
-                        str(CONCURRENCY),
-                        "--mode",
-                        mode,
-                    ],
-                    env=plain_env(),
-                    timeout=1800,
-                ).check("raw aiosmtplib client")
-                got = ctx.servers.sink.messages() - before
-                if got < n:
-                    raise RuntimeError(f"the sink got {got} of {n}")
-                out = json.loads(res.stdout.strip().splitlines()[-1])
+                out = aiosmtplib_rate(ctx, mode)
                 ctx.record(measure, "aiosmtplib", "msg/s", out["rate"], seconds=out["seconds"], size=out["size"])
                 ctx.log(f"{measure} aiosmtplib run {rep + 1}: {out['rate']:,.0f} msg/s")
             except Exception as exc:  # noqa: BLE001
