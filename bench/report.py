@@ -215,14 +215,13 @@ def render(data: dict[str, Any]) -> str:
     # --- delivery --------------------------------------------------------------------
     raw_reuse = r.median("raw.reuse", "aiosmtplib")
     w("## Delivery of N queued messages to smtp-sink (messages per second; higher is better)")
-    if any(r.median("raw.reuse.paired", f"ours-{store}") for store, _ in STORES):
+    paired = [f"{name} {r.cell('raw.reuse.paired', f'ours-{store}')}" for store, name in STORES
+              if paired_raw(r, "deliver.1", store)]
+    if paired:
         w("")
         w(
             "The raw aiosmtplib client with reuse also ran right before each of our one-process runs: "
-            + ", ".join(
-                f"{name} {r.cell('raw.reuse.paired', f'ours-{store}')}" for store, name in STORES
-                if r.median("raw.reuse.paired", f"ours-{store}")
-            )
+            + ", ".join(paired)
             + ". Ours ÷ raw for one process compares with those, measured at the same moment."
         )
     w("")

@@ -109,8 +109,6 @@ class TestOrmStorePreparedPostgres(QueueStoreContract):
     def test_the_statements_are_prepared(self, store: QueueStore) -> None:
         from django.db import connections
 
-        from django_mailqueue.testing.contract import T0, new_item
-
         store.add_many([new_item(), new_item()], now=T0)
         store.add(new_item(), now=T0)
         claimed = store.claim(owner="worker-1", now=T0, lease_expires=T0 + timedelta(seconds=60), limit=5)
