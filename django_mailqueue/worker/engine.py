@@ -81,10 +81,19 @@ class _Retry:
 #: Messages up to this size are read in one call right after the claim; larger ones when their attempt starts.
 PREFETCH_SIZE = 256 * 1024
 
+#: Items claimed ahead of the free slots, in `CONCURRENCY`s: the larger the claims, the fewer claim
+#: transactions per message (one claim is made once half of them have started).
+PREFETCH_FACTOR = 3
+
 #: How long an outcome (or a history row) waits for others' company before its store call, while other
-#: attempts are still delivering: fewer, larger batches cost far less CPU per message. The attempt's
-#: `CONCURRENCY` slot is already free by then, so the wait does not slow delivery.
-RECORD_LINGER = 0.02
+#: attempts are still delivering — or until `RECORD_FILL` × `CONCURRENCY` of them are ready: fewer,
+#: larger batches cost far less CPU per message. The attempt's `CONCURRENCY` slot is already free by
+#: then, so the wait does not slow delivery.
+RECORD_LINGER = 0.05
+RECORD_FILL = 3
+#: Items whose outcomes are being recorded a worker holds at most, in `CONCURRENCY`s (beyond this
+#: it claims nothing more until the store catches up): two batches' worth, one lingering, one written.
+RECORDING_FACTOR = 2 * RECORD_FILL
 
 
 @dataclass
@@ -141,7 +150,7 @@ class Worker:
         self.owner = owner or default_owner()
         self.queues = list(queues) if queues else None
         self.concurrency = concurrency or settings.concurrency
-        self.prefetch = prefetch if prefetch is not None else self.concurrency
+        self.prefetch = prefetch if prefetch is not None else PREFETCH_FACTOR * self.concurrency
         self.once = once
         self.history = history
         self.rng = rng or random.Random()
@@ -162,14 +171,14 @@ class Worker:
             limit=100,
             linger=RECORD_LINGER,
             more_coming=self._more_coming,
-            enough=self.concurrency,
+            enough=RECORD_FILL * self.concurrency,
         )
         self._history: Batcher[HistoryEntry, None] = Batcher(
             self._write_history,
             limit=500,
             linger=RECORD_LINGER,
             more_coming=self._more_coming,
-            enough=self.concurrency,
+            enough=RECORD_FILL * self.concurrency,
         )
 
     @property
@@ -216,9 +225,10 @@ class Worker:
 
     @property
     def _hold_limit(self) -> int:
-        """Items held at most: those delivering or claimed ahead, plus up to 4 × CONCURRENCY whose outcomes
-        are being recorded (each keeps a lease and a header block; a busy worker has ~50 ms of them)."""
-        return 5 * self.concurrency + self.prefetch
+        """Items held at most: those delivering or claimed ahead, plus up to `RECORDING_FACTOR` × CONCURRENCY
+        whose outcomes are being recorded (each keeps a lease and a header block; a busy worker has up to
+        `RECORD_LINGER` of them waiting, and a batch being written)."""
+        return (1 + RECORDING_FACTOR) * self.concurrency + self.prefetch
 
     async def _loop(self) -> None:
         while not self._stopping.is_set():
