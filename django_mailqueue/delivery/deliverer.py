@@ -327,6 +327,8 @@ def _addresses(hosts: tuple[MailHost, ...], limit: int) -> list[tuple[str, str]]
 
 
 def _log_destination(name: str, label: str, recipients: tuple[str, ...], progress: _Progress) -> None:
+    if not logger.isEnabledFor(logging.INFO):
+        return
     counts = dict.fromkeys(RecipientState, 0)
     for recipient in recipients:
         outcome = progress.outcomes.get(recipient)

@@ -92,6 +92,8 @@ class SmtpTransport:
         self.reuse_time = reuse_time
         self.destination_concurrency = destination_concurrency
         self._idle: dict[_CacheKey, list[_Idle]] = {}
+        #: one timer a server address closes its pool's connections idle past `cache_time` with
+        self._expiry: dict[_CacheKey, asyncio.TimerHandle] = {}
         self._limits: dict[tuple[str, int], asyncio.Semaphore] = {}
 
     @staticmethod
@@ -112,15 +114,22 @@ class SmtpTransport:
 
     def _keep(self, key: _CacheKey, idle: _Idle) -> None:
         pool = self._idle.setdefault(key, [])
-        pool.append(idle)
-        asyncio.get_running_loop().call_later(self.cache_time + 0.05, self._expire, key)
+        pool.append(idle)  # the pool stays oldest first: `_take` takes the newest
+        if key not in self._expiry:
+            self._expiry[key] = asyncio.get_running_loop().call_at(idle.idle_since + self.cache_time + 0.05,
+                                                                   self._expire, key)
 
     def _expire(self, key: _CacheKey) -> None:
-        now = asyncio.get_running_loop().time()
+        """Close the pool's connections idle past `cache_time`; come back for the oldest left."""
+        self._expiry.pop(key, None)
+        loop = asyncio.get_running_loop()
+        now = loop.time()
         pool = self._idle.get(key, [])
         for idle in [i for i in pool if now - i.idle_since > self.cache_time]:
             pool.remove(idle)
             idle.smtp.close()  # the server sees the connection close; QUIT would only cost a round trip
+        if pool:
+            self._expiry[key] = loop.call_at(pool[0].idle_since + self.cache_time + 0.05, self._expire, key)
 
     async def send(self, target: Target, envelope: Envelope) -> SessionReport:
         limit = self._limits.setdefault((target.address, target.port),
@@ -159,6 +168,9 @@ class SmtpTransport:
     async def aclose(self) -> None:
         """Say QUIT on every cached connection and close it."""
         pools, self._idle = self._idle, {}
+        for timer in self._expiry.values():
+            timer.cancel()
+        self._expiry.clear()
         for pool in pools.values():
             for idle in pool:
                 with contextlib.suppress(Exception):

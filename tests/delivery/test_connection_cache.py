@@ -59,6 +59,26 @@ async def test_a_connection_idle_past_the_cache_time_is_not_reused(
     assert len(server.messages) == 2 and server.connections == 2
 
 
+async def test_a_connection_kept_again_and_again_is_closed_once_idle_past_the_cache_time(
+        make_settings: MakeSettings, dns_server: DnsServer, smtp_servers: ServerPool) -> None:
+    server = smtp_servers.smtp("127.0.0.2")
+    mx_domain(dns_server, "example.test", "127.0.0.2")
+    transport = SmtpTransport(cache_time=0.3)
+    deliverer = Deliverer(make_settings(), transport=transport)
+    try:
+        for n in range(6):  # kept six times, past the cache time of its first keep
+            await deliverer.deliver("s@origin.test", [f"r{n}@example.test"], MESSAGE)
+            await asyncio.sleep(0.1)
+        (pool,) = transport._idle.values()
+        (idle,) = pool
+        assert idle.smtp.is_connected and len(transport._expiry) == 1  # one timer for the server, not one a keep
+        await asyncio.sleep(0.6)
+        assert pool == [] and not idle.smtp.is_connected and transport._expiry == {}
+    finally:
+        await deliverer.aclose()
+    assert len(server.messages) == 6 and server.connections == 1
+
+
 async def test_a_cached_connection_the_server_closed_is_replaced(
         make_settings: MakeSettings, dns_server: DnsServer, smtp_servers: ServerPool) -> None:
     server = smtp_servers.smtp("127.0.0.2")

@@ -140,6 +140,7 @@ async def test_connection_dropped_during_data_defers_4_4_2(
     assert outcome.state is RecipientState.PENDING
     assert outcome.reply.status == "4.4.2"
     assert outcome.reply.code is None
+    assert result.possibly_delivered == frozenset()  # lost while writing: the message cannot have gone
     assert server.data == []
 
 
