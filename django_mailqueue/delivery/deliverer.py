@@ -17,7 +17,7 @@ from ..items import RecipientOutcome, RecipientState, Reply
 from . import replies
 from .addresses import EnvelopeAddress, parse_address, parse_sender
 from .masking import SecretMask
-from .resolver import DnsResolver, MailHost, MxResolver, Resolution
+from .resolver import DnsResolver, MailHost, MxResolver, Resolution, ip_literal
 from .smtp import SmtpTransport
 from .tls import RelayContextFactory, mx_context, relay_context
 from .transport import Envelope, SessionReport, Target, TlsPolicy, Transport
@@ -217,11 +217,14 @@ class Deliverer:
 
     async def _resolve(self, dest: _Destination, deadline: float) -> Resolution:
         try:
-            async with asyncio.timeout_at(deadline):
-                if isinstance(dest.route, RelayRoute):
+            if isinstance(dest.route, RelayRoute):
+                if ip_literal(dest.route.host) is not None:  # an address: no lookup to time (a timer a message)
                     return await self.resolver.resolve_host(dest.route.host)
-                if dest.literal is not None:
-                    return Resolution(hosts=(MailHost(dest.name, 0, (dest.literal,)),))
+                async with asyncio.timeout_at(deadline):
+                    return await self.resolver.resolve_host(dest.route.host)
+            if dest.literal is not None:
+                return Resolution(hosts=(MailHost(dest.name, 0, (dest.literal,)),))
+            async with asyncio.timeout_at(deadline):
                 return await self.resolver.resolve_domain(dest.name)
         except TimeoutError:
             return Resolution(failure=replies.own_reply(
