@@ -12,7 +12,9 @@ aiosmtplib's `data()` is not used: it has one timeout for the DATA command
 and the final reply, and cannot tell a reply lost after the final "." from
 a connection lost while sending. The message goes out through the
 connection's protocol object instead, already normalised and dot-stuffed
-by `wire.to_wire` (so it is stuffed once).
+by `wire.to_wire` (so it is stuffed once); the replies to a pipelined group
+and to the final "." are read from the protocol's own future, with one
+timer each (`_read_reply`).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from aiosmtplib import (
     SMTPConnectResponseError,
     SMTPException,
     SMTPHeloError,
+    SMTPReadTimeoutError,
     SMTPResponseException,
     SMTPServerDisconnected,
 )
@@ -532,7 +535,7 @@ class _Session:
                 raise SMTPServerDisconnected("Connection lost")
             response = protocol._read_response_from_buffer()  # came with an earlier reply
             if response is None:
-                response = await protocol.read_response(timeout=timeout)
+                response = await _read_reply(protocol, timeout)
         except Exception as exc:
             self.end(self.failure(exc))
             return None
@@ -661,7 +664,7 @@ class _Session:
         self.report.awaiting_reply.update(accepted)
         self.doing = "waiting for the reply to the end of data"
         try:
-            response = await protocol.read_response(timeout=timeouts.data_end)
+            response = await _read_reply(protocol, timeouts.data_end)
         except Exception as exc:
             self.report.possibly_delivered.update(accepted)
             self.report.awaiting_reply.clear()
@@ -690,11 +693,34 @@ class _Session:
             logger.debug("QUIT to %s failed", self.target.label)
 
 
+async def _read_reply(protocol: SMTPProtocol, timeout: float) -> SMTPResponse:
+    """The server's next reply, as `protocol.read_response(timeout)` reads it — but awaited on the
+    protocol's own future with one timer: `asyncio.wait_for` adds a future, two callbacks and a
+    turn of the event loop to every reply, two replies a message."""
+    waiter = protocol._response_waiter
+    if waiter is None:
+        raise SMTPServerDisconnected("Connection lost")
+    protocol._response_pending = True
+    loop = asyncio.get_running_loop()
+    timer = loop.call_later(timeout, _no_reply_in_time, waiter)
+    try:
+        return await waiter
+    finally:
+        timer.cancel()
+        protocol._response_pending = False
+        protocol._response_waiter = None if protocol.transport is None else loop.create_future()
+
+
+def _no_reply_in_time(waiter: asyncio.Future[SMTPResponse]) -> None:
+    if not waiter.done():
+        waiter.set_exception(SMTPReadTimeoutError("Timed out waiting for server response"))
+
+
 def _can_pipeline(smtp: aiosmtplib.SMTP | None) -> bool:
     """Whether aiosmtplib's protocol has the parts a pipelined group reads replies with."""
     protocol = smtp.protocol if smtp is not None else None
     return all(hasattr(protocol, name) for name in ("_buffer", "_response_waiter", "_response_pending",
-                                                      "_read_response_from_buffer", "read_response", "write"))
+                                                      "_read_response_from_buffer", "transport", "write"))
 
 
 def _keeping_data_received(protocol: SMTPProtocol) -> Callable[[bytes], None]:
