@@ -55,6 +55,7 @@ class _Destination:
     #: the recipient domain (MX routes) or the relay's host (relay routes)
     name: str
     recipients: list[EnvelopeAddress] = field(default_factory=list)
+    #: the address when `name` is one (a relay's HOST, a recipient's address literal): no lookup
     literal: str | None = None
 
     @property
@@ -198,7 +199,7 @@ class Deliverer:
         if key not in destinations:
             route = self.settings.route_for(recipient.domain)
             if isinstance(route, RelayRoute):
-                destinations[key] = _Destination(route, route.host)
+                destinations[key] = _Destination(route, route.host, literal=ip_literal(route.host))
             else:
                 destinations[key] = _Destination(route, recipient.domain, literal=recipient.literal_address)
         return destinations[key]
@@ -216,15 +217,12 @@ class Deliverer:
     # --- one destination --------------------------------------------------------------
 
     async def _resolve(self, dest: _Destination, deadline: float) -> Resolution:
+        if dest.literal is not None:  # an address (a relay's, or a recipient's [literal]): nothing to look up
+            return Resolution(hosts=(MailHost(dest.name, 0, (dest.literal,)),))
         try:
-            if isinstance(dest.route, RelayRoute):
-                if ip_literal(dest.route.host) is not None:  # an address: no lookup to time (a timer a message)
-                    return await self.resolver.resolve_host(dest.route.host)
-                async with asyncio.timeout_at(deadline):
-                    return await self.resolver.resolve_host(dest.route.host)
-            if dest.literal is not None:
-                return Resolution(hosts=(MailHost(dest.name, 0, (dest.literal,)),))
             async with asyncio.timeout_at(deadline):
+                if isinstance(dest.route, RelayRoute):
+                    return await self.resolver.resolve_host(dest.route.host)
                 return await self.resolver.resolve_domain(dest.name)
         except TimeoutError:
             return Resolution(failure=replies.own_reply(
