@@ -1,0 +1,160 @@
+"""The worker delivering to a real, strictly configured Postfix as the recipients' MX (issue 18).
+
+Each test sends through the queue (`send_mail()` or the store), runs
+`mailqueue_work --once` in this process on SQLite, and reads what Postfix
+delivered to its mailboxes and wrote to its log.
+"""
+
+from __future__ import annotations
+
+import email
+import email.policy
+import random
+import re
+from unittest import mock
+
+import pytest
+from django.core.mail import EmailMessage, EmailMultiAlternatives, send_mail
+from django.core.mail.backends.smtp import EmailBackend as DjangoSmtpBackend
+from django.core.mail.utils import DNS_NAME
+
+from django_mailqueue.clock import SystemClock
+from django_mailqueue.items import NewItem
+from django_mailqueue.stores import get_store
+from tests.interop.conftest import SENDER, WORKER_HOSTNAME, Interop, SignalRecorder, work_once
+from tests.interop.postfix import disconnect_counts, strip_added_headers
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def parse(data: bytes) -> email.message.EmailMessage:
+    return email.message_from_bytes(data, policy=email.policy.default)  # type: ignore[return-value]
+
+
+def header_block(data: bytes) -> bytes:
+    return data.split(b"\n\n", 1)[0]
+
+
+def rich_message() -> EmailMultiAlternatives:
+    """A message with what tends to differ between senders: 8-bit text, long lines, dots, CR/LF in content."""
+    message = EmailMultiAlternatives(
+        subject="Grüße aus dem Interop-Test — " + "a long subject that Django folds " * 4,
+        body=(
+            "Hello.\n.\n..two dots\n.leading dot\nFrom the start of a line\n"
+            + "é" * 900
+            + "\n"
+            + "x" * 1200
+            + "\nline with bare CR\rand \r\n.\r\n smuggling-like sequences \n.\n end\n"
+        ),
+        from_email='"Sénder Ünicode" <sender@origin.test>',
+        to=["bytes@example.test"],
+        cc=['"Jösé" <bytes@example.test>'],
+        headers={"Message-ID": "<interop-bytes@mq.test.example>", "Date": "Tue, 01 Dec 2026 12:00:00 +0000"},
+    )
+    message.attach_alternative("<p>Hello <b>wörld</b></p>\n" * 60, "text/html")
+    message.attach("data.bin", bytes(range(256)) * 40, "application/octet-stream")
+    message.attach("notes.txt", "line\r\n.\r\nline\n.\nline\r.\rlast\n", "text/plain")
+    return message
+
+
+def test_delivered_bytes_equal_djangos_smtp_backend(interop: Interop) -> None:
+    mx = interop.server
+    # The same message (its MIME boundaries drawn from the same seed) through Django's SMTP backend,
+    # then through the queue; Postfix's maildir copies must agree once its own added headers are gone.
+    django_backend = DjangoSmtpBackend(host=mx.host, port=mx.port, timeout=10)
+    with mock.patch.object(DNS_NAME, "_fqdn", "django.test.example", create=True):
+        random.seed(18)
+        assert django_backend.send_messages([rich_message()]) == 1
+    mx.wait_for_mail({"bytes@example.test": 1})
+    (by_django,) = mx.mailbox("bytes@example.test")
+    mx.clear_mailboxes()
+
+    random.seed(18)
+    assert rich_message().send() == 1
+    work_once()
+    mx.wait_for_mail({"bytes@example.test": 1})
+    (by_queue,) = mx.mailbox("bytes@example.test")
+
+    assert b"\nReceived: from " + WORKER_HOSTNAME.encode() in b"\n" + header_block(by_queue)
+    assert strip_added_headers(by_queue) == strip_added_headers(by_django)
+    assert strip_added_headers(by_queue).startswith(b"Content-Type: multipart/mixed;")  # Postfix added nothing else
+    assert get_store().count() == 0
+
+
+def test_a_utf8_recipient_added_through_the_store_goes_out_with_smtputf8(
+    interop: Interop, received: SignalRecorder
+) -> None:
+    mx = interop.server
+    message = (
+        "From: sender@origin.test\r\nTo: Jösé <jösé@example.test>\r\nSubject: SMTPUTF8\r\n"
+        "Message-ID: <utf8-store@mq.test.example>\r\nDate: Tue, 01 Dec 2026 12:00:00 +0000\r\nMIME-Version: 1.0\r\n"
+        "Content-Type: text/plain; charset=utf-8\r\nContent-Transfer-Encoding: 8bit\r\n\r\nHallo Jösé.\r\n"
+    ).encode()
+    get_store().add(NewItem(sender=SENDER, recipients=("jösé@example.test",), message=message), now=SystemClock().now())
+    work_once()
+    mx.wait_for_mail({"jösé@example.test": 1})
+    (delivered,) = mx.mailbox("jösé@example.test")
+    assert b" with UTF8SMTPS id " in header_block(delivered)  # SMTPUTF8 over TLS
+    assert b"Delivered-To: j\xc3\xb6s\xc3\xa9@example.test" in header_block(delivered)
+    assert strip_added_headers(delivered) == message.replace(b"\r\n", b"\n")
+    assert received.names() == ["delivered"]
+
+
+def test_an_unknown_user_fails_with_a_dsn_that_postfix_delivers(interop: Interop, received: SignalRecorder) -> None:
+    mx = interop.server
+    assert send_mail("Doomed", "Body.\n", SENDER, ["user@example.test", "nobody@example.test"]) == 1
+    work_once()
+    (failed,) = received.of("failed")
+    assert failed["recipient"] == "nobody@example.test"
+    assert (failed["reply"].code, failed["reply"].status) == (550, "5.1.1")
+    mx.wait_for_mail({"user@example.test": 1, SENDER: 1})
+    (report,) = mx.mailbox(SENDER)
+    assert b"\nReturn-Path: <>\n" in b"\n" + header_block(report)
+    dsn = email.message_from_bytes(strip_added_headers(report), policy=email.policy.compat32)
+    assert dsn.get_content_type() == "multipart/report"
+    assert dsn.get_param("report-type") == "delivery-status"
+    _human, status, headers = dsn.get_payload()
+    per_message, per_recipient = status.get_payload()
+    assert per_message["Reporting-MTA"] == f"dns; {WORKER_HOSTNAME}"
+    assert per_recipient["Final-Recipient"] == "rfc822; nobody@example.test"
+    assert per_recipient["Action"] == "failed"
+    assert per_recipient["Status"] == "5.1.1"
+    diagnostic = " ".join(per_recipient["Diagnostic-Code"].split())
+    assert diagnostic == (
+        "smtp; 550 5.1.1 <nobody@example.test>: Recipient address rejected: User unknown in virtual mailbox table"
+    )
+    assert "Subject: Doomed" in headers.get_payload()
+    assert any("reject: RCPT from" in line and "to=<nobody@example.test>" in line for line in interop.log())
+
+
+def test_an_oversized_message_fails_5_3_4_without_its_data_sent(interop: Interop, received: SignalRecorder) -> None:
+    mx = interop.server
+    message = EmailMessage("Too big", "See the attachment.\n", SENDER, ["user@example.test"])
+    message.attach("big.bin", random.Random(18).randbytes(900 * 1024), "application/octet-stream")  # ~1.2 MB encoded
+    assert len(message.message().as_bytes()) > 1048576
+    assert message.send() == 1
+    work_once()
+    (failed,) = received.of("failed")
+    assert failed["reply"].status == "5.3.4"
+    mx.wait_for_mail({SENDER: 1})
+    assert mx.mailbox("user@example.test") == []
+    (report,) = mx.mailbox(SENDER)
+    assert b"Status: 5.3.4" in report
+    counts = [disconnect_counts(line) for line in interop.sessions()]
+    # Only the DSN's DATA reached Postfix, and it was accepted; nothing was refused after DATA.
+    assert [count["data"] for count in counts if "data" in count] == ["1"]
+    assert not [line for line in interop.log() if "message file too big" in line or "END-OF-MESSAGE" in line]
+
+
+def test_starttls_is_used_on_every_session(interop: Interop) -> None:
+    mx = interop.server
+    for n in range(3):
+        assert send_mail(f"TLS {n}", "Over TLS.\n", SENDER, ["user@example.test"]) == 1
+    work_once()
+    mx.wait_for_mail({"user@example.test": 3})
+    for delivered in mx.mailbox("user@example.test"):
+        assert re.search(rb"\(using TLSv1\.[23] with cipher \S+", header_block(delivered))
+        assert b" with ESMTPS id " in header_block(delivered)
+    counts = [disconnect_counts(line) for line in interop.sessions()]
+    assert counts and all(count.get("starttls") == "1" for count in counts), counts
+    assert any("TLS connection established from" in line for line in interop.log())
