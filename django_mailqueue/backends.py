@@ -11,7 +11,7 @@ from django.core.mail.backends.base import BaseEmailBackend
 
 from .clock import Clock, SystemClock
 from .conf import get_settings
-from .envelopes import message_to_item
+from .envelopes import message_to_item, recipients_of
 from .exceptions import QueueError
 from .items import NewItem
 from .stores import QueueStore, get_store
@@ -47,9 +47,9 @@ class QueueEmailBackend(BaseEmailBackend):
         settings = get_settings()
         items: list[NewItem] = []
         for message in email_messages:
-            if not message.recipients():
-                continue  # as Django's SMTP backend: nothing to send, not counted
             try:
+                if not recipients_of(message):
+                    continue  # as Django's SMTP backend: nothing to send, not counted
                 items.append(message_to_item(message, max_message_size=settings.max_message_size))
             except QueueError:
                 if not self.fail_silently:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import email.utils
 import re
 from datetime import UTC, date, datetime, time
+from email.message import Message
+from email.mime.base import MIMEBase
 from typing import Any
 
 from django.conf import settings as django_settings
@@ -14,7 +16,7 @@ from django.core.mail.message import sanitize_address
 from .exceptions import QueueError
 from .items import DEFAULT_QUEUE, NewItem
 from .mime import plain_message_bytes
-from .text import refuse_line_breaks, refuse_unkeepable
+from .text import fits_a_header, refuse_in_header, refuse_unkeepable
 
 #: The `EmailMessage` attribute naming the item's queue (lane); "default" when unset.
 QUEUE_ATTRIBUTE = "queue"
@@ -30,43 +32,44 @@ def message_to_item(message: EmailMessage, *, max_message_size: int) -> NewItem:
     The bytes are exactly those `django.core.mail.backends.smtp.EmailBackend`
     writes after DATA (CRLF line endings); the envelope sender is `from_email`
     and the recipients `to + cc + bcc`, each as Django's `sanitize_address`
-    makes it (IDN domains in A-label form).
+    makes it (IDN domains in A-label form). Whatever keeps the message from
+    becoming an item is an `INVALID` naming the field, the error behind it as
+    its `__cause__`.
     """
-    recipients_raw = message.recipients()
+    recipients_raw = recipients_of(message)
     if not recipients_raw:
         raise QueueError("INVALID", "the message has no recipients")
     encoding = message.encoding or django_settings.DEFAULT_CHARSET
-    for raw in (message.from_email, *recipients_raw):
-        if isinstance(raw, str):
-            _refuse_bad_text(raw, f"address {raw!r}")
+    try:
+        _check_fields(message)
+    except QueueError:
+        raise
+    except Exception as exc:  # a field of a type Django does not take either (an attachment not a triple, ...)
+        raise QueueError("INVALID", f"a field of the message cannot be read: {type(exc).__name__}: {exc}") from exc
     sender = _envelope_address(message.from_email, encoding, "the sender")
     recipients: list[str] = []
     for raw in recipients_raw:
-        address = _envelope_address(raw, encoding, "a recipient")
+        address = _envelope_address(raw, encoding, f"recipient {raw!r}")
         if not address:
             raise QueueError("INVALID", f"recipient {raw!r} is empty")
         if address not in recipients:
             recipients.append(address)
-    for name, value in (message.extra_headers or {}).items():
-        _refuse_bad_text(str(name), f"header name {name!r}")
-        _refuse_bad_text(str(value), f"header {name!r}")
-    _refuse_bad_text(str(message.subject), "the subject")
-    if isinstance(message.body, str):
-        refuse_unkeepable(message.body.replace("\x00", ""), "the body")
-        if "\x00" in message.body:
-            raise QueueError("INVALID", "the body holds a NUL character")
     try:
         written = plain_message_bytes(message)
         if written is not None:
             data, message_id = written
         else:
             mime = message.message()
+            if _has_foreign_parts(message):
+                _check_headers(mime)
             data = mime.as_bytes(linesep="\r\n")  # type: ignore[call-arg]  # Django's SafeMIME takes linesep
             if not data.endswith(b"\r\n"):
                 data += b"\r\n"  # as smtplib's data() ends every message
             message_id = str(mime.get("Message-ID", "") or "")
-    except (ValueError, UnicodeError) as exc:
-        raise QueueError("INVALID", f"the message cannot be written: {exc}") from None
+    except QueueError:
+        raise
+    except Exception as exc:  # Django and `email` raise many kinds for a message they cannot write
+        raise QueueError("INVALID", f"the message cannot be written: {type(exc).__name__}: {exc}") from exc
     if len(data) > max_message_size:
         raise QueueError("TOO_LARGE", f"the message is {len(data)} bytes; MAX_MESSAGE_SIZE is {max_message_size}")
     subject = str(message.subject or "")
@@ -81,15 +84,117 @@ def message_to_item(message: EmailMessage, *, max_message_size: int) -> NewItem:
     )
 
 
-def _refuse_bad_text(value: str, what: str) -> None:
-    refuse_unkeepable(value, what)
-    refuse_line_breaks(value, what)
+def recipients_of(message: EmailMessage) -> list[Any]:
+    """`message.recipients()` (`to + cc + bcc`, the empty ones left out), or `INVALID` when they are not lists."""
+    try:
+        return list(message.recipients())
+    except Exception as exc:  # to, cc or bcc replaced by something that is not a list
+        raise QueueError("INVALID", f"the recipients cannot be read: {type(exc).__name__}: {exc}") from exc
+
+
+#: A header name as RFC 5322 has it: printable ASCII but the colon.
+_HEADER_NAME = re.compile(r"[\x21-\x39\x3b-\x7e]+")
+
+
+def _check_fields(message: EmailMessage) -> None:
+    """Refuse, naming the field, what Django would write into a header with a line break in it, or not at all.
+
+    One regex search a field; the field's name is only made for the error.
+    """
+    for field, values in (
+        ("from_email", (message.from_email,)),
+        ("to", message.to),
+        ("cc", message.cc),
+        ("bcc", message.bcc),
+        ("reply_to", message.reply_to),
+    ):
+        for raw in values:
+            if isinstance(raw, str):
+                if not fits_a_header(raw):
+                    refuse_in_header(raw, f"{field} address {raw!r}")
+            elif isinstance(raw, tuple | list):  # Django also takes (display name, address)
+                for part in raw:
+                    if isinstance(part, str) and not fits_a_header(part):
+                        refuse_in_header(part, f"{field} address {raw!r}")
+    for name, value in message.extra_headers.items() if message.extra_headers else ():
+        if not isinstance(name, str) or not _HEADER_NAME.fullmatch(name):
+            raise QueueError("INVALID", f"header name {name!r} is not printable ASCII without a colon")
+        value = str(value)
+        if not fits_a_header(value):
+            refuse_in_header(value, f"header {name!r}")
+    subject = str(message.subject)
+    if not fits_a_header(subject):
+        refuse_in_header(subject, "the subject")
+    _check_text_part(message.body, "the body")
+    for what, value in (
+        ("encoding", message.encoding),
+        ("content_subtype", message.content_subtype),
+        ("mixed_subtype", getattr(message, "mixed_subtype", None)),
+        ("alternative_subtype", getattr(message, "alternative_subtype", None)),
+    ):
+        if value is not None and not (isinstance(value, str) and fits_a_header(value)):
+            refuse_in_header(_text(value, what), what)
+    for alternative in getattr(message, "alternatives", None) or ():
+        content, mimetype = alternative
+        if not (isinstance(mimetype, str) and fits_a_header(mimetype)):
+            refuse_in_header(_text(mimetype, "an alternative's MIME type"), "an alternative's MIME type")
+        _check_text_part(content, f"the {mimetype} alternative")
+    for attachment in message.attachments:
+        if isinstance(attachment, MIMEBase):
+            continue  # its own headers are checked in the message Django makes (`_check_headers`)
+        filename, content, mimetype = attachment
+        if filename is not None and not (isinstance(filename, str) and fits_a_header(filename)):
+            refuse_in_header(_text(filename, "an attachment's filename"), f"attachment filename {filename!r}")
+        if mimetype is not None and not (isinstance(mimetype, str) and fits_a_header(mimetype)):
+            what = f"the MIME type of attachment {filename!r}"
+            refuse_in_header(_text(mimetype, what), what)
+        _check_text_part(content, f"attachment {filename!r}")
+        if isinstance(content, EmailMessage):  # Django writes it with its headers encoded: check them first
+            try:
+                _check_fields(content)
+            except QueueError as exc:
+                raise QueueError("INVALID", f"attached message {filename!r}: {exc.message}") from exc
+
+
+def _has_foreign_parts(message: EmailMessage) -> bool:
+    """Whether Django will attach parts whose headers it did not write: a `MIMEBase`, an attached message."""
+    return any(
+        isinstance(a, MIMEBase) or (isinstance(a[2], str) and a[2].startswith("message/")) for a in message.attachments
+    )
+
+
+def _check_text_part(value: Any, what: str) -> None:
+    if isinstance(value, str):  # a text part may hold line breaks, not what no store can keep
+        refuse_unkeepable(value, what)
+
+
+def _text(value: Any, what: str) -> str:
+    if not isinstance(value, str):
+        raise QueueError("INVALID", f"{what} must be a string, not {type(value).__name__}")
+    return value
+
+
+#: A line break that folds a header: the next line goes on with a space or a tab.
+_FOLD = re.compile(r"\r?\n(?=[ \t])")
+
+
+def _check_headers(mime: Message) -> None:
+    """Every header of every part of `mime` (attached messages too) has a name and no line break but folds."""
+    for part in mime.walk():
+        for name, value in part.raw_items():
+            if not _HEADER_NAME.fullmatch(name):
+                raise QueueError("INVALID", f"header name {name!r} of a part is not printable ASCII without a colon")
+            text = _FOLD.sub("", str(value))
+            if not fits_a_header(text):
+                refuse_in_header(text, f"header {name!r} of a {part.get_content_type()} part")
 
 
 #: A bare ASCII addr-spec of RFC 5322 atoms: `sanitize_address` returns it unchanged, so it is
 #: taken as it is without running the email header parser (the costliest step of an enqueue).
-_PLAIN_ADDRESS = re.compile(r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*"
-                            r"@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*")
+_PLAIN_ADDRESS = re.compile(
+    r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*"
+    r"@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*"
+)
 
 
 def _envelope_address(raw: Any, encoding: str, what: str) -> str:
@@ -99,13 +204,13 @@ def _envelope_address(raw: Any, encoding: str, what: str) -> str:
         return raw
     try:
         sanitized = sanitize_address(raw, encoding)
-    except (ValueError, IndexError, UnicodeError) as exc:
-        raise QueueError("INVALID", f"{what} {raw!r} is not a valid address: {exc}") from None
-    # What smtplib.sendmail puts after MAIL FROM: / RCPT TO: for that string.
-    address = email.utils.parseaddr(sanitized)[1] or sanitized
-    _refuse_bad_text(address, what)
+        # What smtplib.sendmail puts after MAIL FROM: / RCPT TO: for that string.
+        address = email.utils.parseaddr(sanitized)[1] or sanitized
+    except Exception as exc:  # the header parser raises ValueError, TypeError, AttributeError, ... for junk
+        raise QueueError("INVALID", f"{what} is not a valid address: {type(exc).__name__}: {exc}") from exc
+    refuse_in_header(address, what)
     if address and ("@" not in address or any(c in address for c in " <>")):
-        raise QueueError("INVALID", f"{what} {raw!r} is not a valid address")
+        raise QueueError("INVALID", f"{what} is not a valid address")
     return address
 
 
@@ -115,7 +220,7 @@ def _queue_of(message: EmailMessage) -> str:
         return DEFAULT_QUEUE
     if not isinstance(queue, str) or len(queue) > 100:
         raise QueueError("INVALID", "message.queue must be a string of at most 100 characters")
-    _refuse_bad_text(queue, "the queue name")
+    refuse_in_header(queue, "the queue name")
     return queue
 
 
@@ -123,6 +228,15 @@ def _send_at_of(message: EmailMessage) -> datetime | None:
     send_at = getattr(message, SEND_AT_ATTRIBUTE, None)
     if send_at is None:
         return None
+    try:
+        return _as_utc(send_at)
+    except QueueError:
+        raise
+    except Exception as exc:  # out of range, a NaN, a time zone that cannot say its offset
+        raise QueueError("INVALID", f"message.send_at {send_at!r} is not a time: {type(exc).__name__}: {exc}") from exc
+
+
+def _as_utc(send_at: object) -> datetime:
     if isinstance(send_at, datetime):
         if send_at.tzinfo is None:
             from django.utils import timezone

@@ -1,4 +1,4 @@
-"""Rules for text the queue keeps: no NUL, no lone surrogate, no CR or LF in an envelope."""
+"""Rules for text the queue keeps: no NUL, no lone surrogate, no line break in an envelope or a header."""
 
 from __future__ import annotations
 
@@ -7,6 +7,12 @@ import re
 from .exceptions import QueueError
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+#: Every character `str.splitlines()` ends a line at. Python's `email` package (compat32, which Django
+#: uses) folds a header value at each of them, so each one goes out as a CRLF.
+LINE_BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
+_LINE_BREAK = re.compile(f"[{LINE_BREAKS}]")
+#: What text bound for a header may not hold: a line break, a NUL, a lone surrogate — one search.
+_NOT_IN_A_HEADER = re.compile(f"[\x00{LINE_BREAKS}\ud800-\udfff]")
 _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 #: The longest reply text kept for a recipient, in characters.
@@ -27,9 +33,23 @@ def refuse_unkeepable(value: str, what: str) -> str:
 
 
 def refuse_line_breaks(value: str, what: str) -> str:
-    """Return `value`, or raise `INVALID` if it holds CR or LF (header or SMTP injection)."""
-    if "\r" in value or "\n" in value:
-        raise QueueError("INVALID", f"{what} holds a CR or LF character")
+    """Return `value`, or raise `INVALID` if it holds any of `LINE_BREAKS` (header or SMTP injection)."""
+    found = _LINE_BREAK.search(value)
+    if found:
+        raise QueueError("INVALID", f"{what} holds a line break (U+{ord(found.group()):04X})")
+    return value
+
+
+def fits_a_header(value: str) -> bool:
+    """Whether `value` may go into a header: no line break, no NUL, no lone surrogate (one regex search)."""
+    return _NOT_IN_A_HEADER.search(value) is None
+
+
+def refuse_in_header(value: str, what: str) -> str:
+    """Return `value`, or raise `INVALID` if it holds a line break, a NUL or a lone surrogate."""
+    if _NOT_IN_A_HEADER.search(value):
+        refuse_unkeepable(value, what)
+        refuse_line_breaks(value, what)
     return value
 
 

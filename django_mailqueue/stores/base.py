@@ -42,7 +42,7 @@ class QueueStore(abc.ABC):
     - Times are given by the caller: a store keeps no clock.
     - Nothing a store returns is shared with what it keeps.
     - Text a store keeps holds no NUL and no lone surrogate, and an envelope
-      address no CR or LF: such input is refused as `INVALID`.
+      address no line break (`text.LINE_BREAKS`): such input is refused as `INVALID`.
     - Errors are `QueueError`s with the contract's codes; a store out of reach
       raises `STORE_UNAVAILABLE`, whose message holds no secret.
 
@@ -130,8 +130,11 @@ class QueueStore(abc.ABC):
         answers: builtins.list[QueueItem | None | QueueError] = []
         for request in requests:
             try:
-                answers.append(self.complete(request.item_id, owner=request.owner, revision=request.revision,
-                                             completion=request.completion))
+                answers.append(
+                    self.complete(
+                        request.item_id, owner=request.owner, revision=request.revision, completion=request.completion
+                    )
+                )
             except QueueError as exc:
                 if exc.code not in ("LEASE_LOST", "INVALID"):
                     raise
@@ -218,7 +221,6 @@ class QueueStore(abc.ABC):
     async def _in_thread(self, func: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T:
         """Run a synchronous method off the event loop (the async twins' default)."""
         return await asyncio.to_thread(func, *args, **kwargs)
-
 
     async def aadd_many(self, items: Sequence[NewItem], *, now: datetime) -> builtins.list[QueueItem]:
         return await self._in_thread(self.add_many, items, now=now)
