@@ -16,7 +16,7 @@ from django.core.mail.message import sanitize_address
 from .exceptions import QueueError
 from .items import DEFAULT_QUEUE, NewItem
 from .mime import plain_message_bytes
-from .text import fits_a_header, refuse_in_header, refuse_unkeepable
+from .text import fits_a_header, refuse_controls, refuse_in_header, refuse_unkeepable
 
 #: The `EmailMessage` attribute naming the item's queue (lane); "default" when unset.
 QUEUE_ATTRIBUTE = "queue"
@@ -136,8 +136,7 @@ def _check_fields(message: EmailMessage) -> None:
             refuse_in_header(_text(value, what), what)
     for alternative in getattr(message, "alternatives", None) or ():
         content, mimetype = alternative
-        if not (isinstance(mimetype, str) and fits_a_header(mimetype)):
-            refuse_in_header(_text(mimetype, "an alternative's MIME type"), "an alternative's MIME type")
+        _check_mime_type(mimetype, "an alternative's MIME type")
         _check_text_part(content, f"the {mimetype} alternative")
     for attachment in message.attachments:
         if isinstance(attachment, MIMEBase):
@@ -145,9 +144,8 @@ def _check_fields(message: EmailMessage) -> None:
         filename, content, mimetype = attachment
         if filename is not None and not (isinstance(filename, str) and fits_a_header(filename)):
             refuse_in_header(_text(filename, "an attachment's filename"), f"attachment filename {filename!r}")
-        if mimetype is not None and not (isinstance(mimetype, str) and fits_a_header(mimetype)):
-            what = f"the MIME type of attachment {filename!r}"
-            refuse_in_header(_text(mimetype, what), what)
+        if mimetype is not None:
+            _check_mime_type(mimetype, f"the MIME type of attachment {filename!r}")
         _check_text_part(content, f"attachment {filename!r}")
         if isinstance(content, EmailMessage):  # Django writes it with its headers encoded: check them first
             try:
@@ -161,6 +159,13 @@ def _has_foreign_parts(message: EmailMessage) -> bool:
     return any(
         isinstance(a, MIMEBase) or (isinstance(a[2], str) and a[2].startswith("message/")) for a in message.attachments
     )
+
+
+def _check_mime_type(mimetype: Any, what: str) -> None:
+    if not (isinstance(mimetype, str) and fits_a_header(mimetype)):
+        refuse_in_header(_text(mimetype, what), what)
+    if "/" not in mimetype:
+        raise QueueError("INVALID", f"{what} {mimetype!r} is not type/subtype")
 
 
 def _check_text_part(value: Any, what: str) -> None:
@@ -209,6 +214,7 @@ def _envelope_address(raw: Any, encoding: str, what: str) -> str:
     except Exception as exc:  # the header parser raises ValueError, TypeError, AttributeError, ... for junk
         raise QueueError("INVALID", f"{what} is not a valid address: {type(exc).__name__}: {exc}") from exc
     refuse_in_header(address, what)
+    refuse_controls(address, what)
     if address and ("@" not in address or any(c in address for c in " <>")):
         raise QueueError("INVALID", f"{what} is not a valid address")
     return address

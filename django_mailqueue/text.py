@@ -14,6 +14,7 @@ _LINE_BREAK = re.compile(f"[{LINE_BREAKS}]")
 #: What text bound for a header may not hold: a line break, a NUL, a lone surrogate — one search.
 _NOT_IN_A_HEADER = re.compile(f"[\x00{LINE_BREAKS}\ud800-\udfff]")
 _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_C0_OR_DEL = re.compile("[\x00-\x1f\x7f]")
 
 #: The longest reply text kept for a recipient, in characters.
 MAX_REPLY_TEXT = 1000
@@ -50,6 +51,14 @@ def refuse_in_header(value: str, what: str) -> str:
     if _NOT_IN_A_HEADER.search(value):
         refuse_unkeepable(value, what)
         refuse_line_breaks(value, what)
+    return value
+
+
+def refuse_controls(value: str, what: str) -> str:
+    """Return `value`, or raise `INVALID` if it holds a C0 control or DEL (no SMTP command may carry one)."""
+    found = _C0_OR_DEL.search(value)
+    if found:
+        raise QueueError("INVALID", f"{what} holds a control character (U+{ord(found.group()):04X})")
     return value
 
 
