@@ -85,11 +85,14 @@ class Recorder:
     commands: list[str] = field(default_factory=list)
     messages: list[ReceivedMessage] = field(default_factory=list)
     connections: int = 0
+    #: what the `data_check` found wrong in the messages it refused
+    problems: list[str] = field(default_factory=list)
 
     def reset(self) -> None:
         self.commands.clear()
         self.messages.clear()
         self.connections = 0
+        self.problems.clear()
 
 
 class RecordingHandler:
@@ -98,14 +101,18 @@ class RecordingHandler:
     `rcpt_replies`: recipient address -> reply line ("550 5.1.1 no such user");
     a 2xx line accepts the recipient. `mail_reply` answers every MAIL FROM;
     `data_reply` the end of every message (default "250 2.0.0 OK").
+    `data_check`: says what is wrong with a message's bytes; a message it
+    finds fault with is refused (554) and the faults kept in `problems`.
     """
 
     def __init__(self, recorder: Recorder, *, rcpt_replies: dict[str, str] | None = None,
-                 mail_reply: str | None = None, data_reply: str | None = None) -> None:
+                 mail_reply: str | None = None, data_reply: str | None = None,
+                 data_check: Callable[[bytes], list[str]] | None = None) -> None:
         self.recorder = recorder
         self.rcpt_replies = dict(rcpt_replies or {})
         self.mail_reply = mail_reply
         self.data_reply = data_reply
+        self.data_check = data_check
 
     async def handle_MAIL(self, server: SMTP, session: Session, envelope: Envelope, address: str,
                           mail_options: list[str]) -> str:
@@ -124,6 +131,11 @@ class RecordingHandler:
 
     async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
         content = envelope.original_content or b""
+        if self.data_check is not None:
+            problems = self.data_check(content)
+            if problems:
+                self.recorder.problems.extend(problems)
+                return "554 5.6.0 " + problems[0].encode("ascii", "backslashreplace").decode()[:200]
         login: str | None = None
         if session.authenticated and isinstance(session.auth_data, LoginPassword):
             login = session.auth_data.login.decode()
@@ -212,7 +224,7 @@ class SmtpServer:
     only under TLS unless `auth_require_tls=False`); auth_required: refuse
     MAIL before AUTH; size_limit: the SIZE advertised and enforced (None:
     aiosmtpd's default 32 MiB, 0: no SIZE); smtputf8: offer SMTPUTF8;
-    pipelining: offer PIPELINING.
+    pipelining: offer PIPELINING; data_check: see `RecordingHandler`.
     """
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, *, starttls: bool = False,
@@ -220,13 +232,14 @@ class SmtpServer:
                  auth_required: bool = False, size_limit: int | None = None, smtputf8: bool = True,
                  rcpt_replies: dict[str, str] | None = None, mail_reply: str | None = None,
                  data_reply: str | None = None, hostname: str = "mx.test.example",
-                 ca: CertificateAuthority | None = None, pipelining: bool = False) -> None:
+                 ca: CertificateAuthority | None = None, pipelining: bool = False,
+                 data_check: Callable[[bytes], list[str]] | None = None) -> None:
         self.host = host
         self.port = port or free_port((host,))
         self.recorder = Recorder()
         handler_class = PipeliningHandler if pipelining else RecordingHandler
         self.handler = handler_class(self.recorder, rcpt_replies=rcpt_replies, mail_reply=mail_reply,
-                                        data_reply=data_reply)
+                                        data_reply=data_reply, data_check=data_check)
         self.auth = auth
         ca = ca or certificate_authority()
         kwargs: dict[str, Any] = {
