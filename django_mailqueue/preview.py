@@ -1,22 +1,23 @@
 """A safe look at a queued message for the admin: headers, text, sanitized HTML, attachments.
 
-Nothing here ever lets a message's HTML run or fetch: the HTML is rebuilt from an
-allow-list (no scripts, no event handlers, no frames, forms, `<meta>`, `<base>` or
-`<link>`, no remote `src`/`href`, no `url()` in styles), and the admin then shows
-it only inside `<iframe sandbox="" srcdoc="...">` whose document starts with the
-Content-Security-Policy `PREVIEW_CSP` — three layers, each enough on its own to
-stop a `<script>` and a remote image.
+The HTML is rebuilt by nh3 (ammonia, an HTML5 parser's tree) from an allow-list:
+no scripts, no event handlers, no frames, forms, `<style>`, `<meta>`, `<base>` or
+`<link>`, no link targets, images only from `data:`, and inline `style` kept only
+for properties that cannot name a URL (`PREVIEW_STYLE_PROPERTIES`, parsed and
+re-serialized by a CSS parser, escapes decoded). The admin then shows it only
+inside `<iframe sandbox="" srcdoc="...">` whose document starts with the
+Content-Security-Policy `PREVIEW_CSP`. docs/admin.md says what each layer stops.
 """
 
 from __future__ import annotations
 
 import email
 import email.policy
-import html
 import re
 from dataclasses import dataclass, field
 from email.message import EmailMessage, Message
-from html.parser import HTMLParser
+
+import nh3
 
 #: The policy at the top of the preview's document: no script, no fetch, inline styles and data: images only.
 PREVIEW_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
@@ -26,23 +27,41 @@ MAX_PREVIEW_CHARS = 200_000
 #: A header value longer than this is cut.
 MAX_HEADER_CHARS = 2_000
 
+#: Kept, their attributes filtered; any other tag goes and its text stays.
 _ALLOWED_TAGS = frozenset(
     "a abbr address b bdi bdo big blockquote br caption center cite code col colgroup dd del dfn div dl dt em "
-    "font h1 h2 h3 h4 h5 h6 hr i img ins kbd li mark ol p pre q s samp small span strike strong style sub sup "
+    "font h1 h2 h3 h4 h5 h6 hr i img ins kbd li mark ol p pre q s samp small span strike strong sub sup "
     "table tbody td tfoot th thead tr tt u ul var".split()
 )
 #: Dropped with everything inside them.
 _DROPPED_WITH_CONTENT = frozenset(
-    "script noscript template iframe frame frameset object embed applet svg math textarea select option "
-    "title audio video canvas portal".split()
+    "script style noscript template iframe frame frameset object embed applet svg math textarea select "
+    "title audio video canvas xmp noembed noframes".split()
 )
-_VOID_TAGS = frozenset("br col hr img area base link meta input wbr source track param embed".split())
-_ALLOWED_ATTRIBUTES = frozenset(
-    "align alt bgcolor border cellpadding cellspacing class color colspan dir face height hspace lang "
-    "rowspan size span start style title type valign vspace width".split()
+#: Layout attributes, on any kept tag; `src` only on `img` and only `data:` (`_attribute`). No `href`, no
+#: `background`, no `srcset`: nothing that names a URL.
+_ALLOWED_ATTRIBUTES = {
+    "*": frozenset(
+        "align alt bgcolor border cellpadding cellspacing class color colspan dir face height hspace lang "
+        "rowspan size span start style title type valign vspace width".split()
+    ),
+    "img": frozenset({"src"}),
+}
+#: The CSS properties kept in a `style` attribute: none whose value may be a URL or an image (no
+#: `background`, `list-style`, `border-image`, `cursor`, `content`, `mask`, `filter`, custom properties).
+PREVIEW_STYLE_PROPERTIES = frozenset(
+    "color background-color opacity font font-family font-size font-style font-variant font-weight "
+    "line-height letter-spacing word-spacing white-space text-align text-decoration text-decoration-color "
+    "text-decoration-line text-decoration-style text-indent text-transform vertical-align direction "
+    "width height min-width max-width min-height max-height display float clear visibility overflow "
+    "margin margin-top margin-right margin-bottom margin-left padding padding-top padding-right "
+    "padding-bottom padding-left border border-top border-right border-bottom border-left border-color "
+    "border-style border-width border-top-color border-right-color border-bottom-color border-left-color "
+    "border-top-style border-right-style border-bottom-style border-left-style border-top-width "
+    "border-right-width border-bottom-width border-left-width border-radius border-collapse border-spacing "
+    "table-layout caption-side empty-cells".split()
 )
 _DATA_IMAGE = re.compile(r"^data:image/(png|gif|jpe?g|webp|bmp);base64,[a-z0-9+/=\s]*$", re.IGNORECASE)
-_CSS_FETCH = re.compile(r"@import[^;]*;?|url\s*\([^)]*\)|expression\s*\(|image-set\s*\(", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -102,11 +121,26 @@ def sandbox_document(body_html: str) -> str:
 
 
 def sanitize_html(source: str) -> str:
-    """`source` rebuilt from an allow-list of tags and attributes: nothing in it can run or fetch."""
-    sanitizer = _Sanitizer()
-    sanitizer.feed(source)
-    sanitizer.close()
-    return sanitizer.result()
+    """`source` rebuilt from an allow-list of tags, attributes and CSS properties: nothing in it can run or fetch."""
+    return nh3.clean(
+        source,
+        tags=set(_ALLOWED_TAGS),
+        clean_content_tags=set(_DROPPED_WITH_CONTENT),
+        attributes={tag: set(names) for tag, names in _ALLOWED_ATTRIBUTES.items()},
+        attribute_filter=_attribute,
+        url_schemes={"data"},
+        link_rel=None,
+        strip_comments=True,
+        filter_style_properties=set(PREVIEW_STYLE_PROPERTIES),
+    )
+
+
+def _attribute(tag: str, name: str, value: str) -> str | None:
+    """An image's `src` stays only as a base64 `data:` image; every other allowed attribute as it is."""
+    if name == "src":
+        value = value.strip()
+        return value if tag == "img" and _DATA_IMAGE.match(value) else None
+    return value
 
 
 # --- reading parts ------------------------------------------------------------------------
@@ -179,82 +213,3 @@ def _header_value(message: Message, name: str, raw: object) -> str:
 def _clean(text: str) -> str:
     """Text without NULs and lone surrogates, which a page cannot carry."""
     return text.replace("\x00", "\ufffd").encode("utf-8", "replace").decode("utf-8")
-
-
-# --- sanitizing HTML ----------------------------------------------------------------------
-
-
-class _Sanitizer(HTMLParser):
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self._out: list[str] = []
-        self._dropping: list[str] = []
-        self._open: list[str] = []
-        self._in_style = False
-
-    def result(self) -> str:
-        return "".join(self._out) + "".join(f"</{tag}>" for tag in reversed(self._open))
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if self._dropping:
-            if tag == self._dropping[-1] and tag not in _VOID_TAGS:
-                self._dropping.append(tag)
-            return
-        if tag in _DROPPED_WITH_CONTENT:
-            if tag not in _VOID_TAGS:
-                self._dropping.append(tag)
-            return
-        if tag not in _ALLOWED_TAGS:
-            return  # html, body, head, form, meta, base, link, input, ...: the tag goes, its text stays
-        kept = self._attributes(tag, attrs)
-        rendered = "".join(f' {name}="{html.escape(value, quote=True)}"' for name, value in kept)
-        self._out.append(f"<{tag}{rendered}>")
-        if tag == "style":
-            self._in_style = True
-        if tag not in _VOID_TAGS:
-            self._open.append(tag)
-
-    def handle_endtag(self, tag: str) -> None:
-        if self._dropping:
-            if tag == self._dropping[-1]:
-                self._dropping.pop()
-            return
-        if tag not in self._open:
-            return
-        while self._open:
-            closing = self._open.pop()
-            self._out.append(f"</{closing}>")
-            if closing == "style":
-                self._in_style = False
-            if closing == tag:
-                break
-
-    def handle_data(self, data: str) -> None:
-        if self._dropping:
-            return
-        if self._in_style:
-            # CSS text: no way out of the element, nothing fetched
-            self._out.append(_CSS_FETCH.sub("", data).replace("<", "\\3c "))
-        else:
-            self._out.append(html.escape(data, quote=False))
-
-    def _attributes(self, tag: str, attrs: list[tuple[str, str | None]]) -> list[tuple[str, str]]:
-        kept: list[tuple[str, str]] = []
-        for name, value in attrs:
-            value = value or ""
-            if name in _ALLOWED_ATTRIBUTES:
-                if name == "style" and _CSS_FETCH.search(value):
-                    value = _CSS_FETCH.sub("", value)
-                kept.append((name, value))
-            elif name == "src" and tag == "img":
-                if _DATA_IMAGE.match(value.strip()):
-                    kept.append(("src", value.strip()))
-                else:
-                    kept.append(("data-blocked-src", value))
-            elif name == "href" and tag == "a":
-                # shown, never followed: a click in the preview goes nowhere
-                kept.append(("title", value))
-        if tag == "img" and not any(name == "src" for name, _ in kept):
-            if not any(name == "alt" for name, _ in kept):
-                kept.append(("alt", "[image not loaded]"))
-        return kept

@@ -44,6 +44,7 @@ from .actions import (
     log_action,
     move_items,
 )
+from .headers import secure_urls
 from .overview import history_alias, hourly_outcomes
 
 #: The filters the list takes from its query string.
@@ -118,12 +119,14 @@ class QueueAdmin(_ModelAdmin):
             wrapper.model_admin = self  # type: ignore[attr-defined]
             return update_wrapper(wrapper, view)
 
-        return [
-            path("", wrap(self.queue_view), name=f"{prefix}_changelist"),
-            path("overview/", wrap(self.overview_view), name=f"{prefix}_overview"),
-            path("actions/", wrap(self.action_view), name=f"{prefix}_action"),
-            path("<uuid:item_id>/change/", wrap(self.item_view), name=f"{prefix}_change"),
-        ]
+        return secure_urls(
+            [
+                path("", wrap(self.queue_view), name=f"{prefix}_changelist"),
+                path("overview/", wrap(self.overview_view), name=f"{prefix}_overview"),
+                path("actions/", wrap(self.action_view), name=f"{prefix}_action"),
+                path("<uuid:item_id>/change/", wrap(self.item_view), name=f"{prefix}_change"),
+            ]
+        )
 
     def _url(self, name: str, *args: Any) -> str:
         return reverse(f"{self.admin_site.name}:{self.opts.app_label}_{self.opts.model_name}_{name}", args=args)

@@ -8,8 +8,10 @@ from typing import TYPE_CHECKING, Any
 from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.urls import URLPattern
 
 from ..models import DeliveryRecord
+from .headers import secure_urls
 from .overview import history_alias
 
 if TYPE_CHECKING:
@@ -65,6 +67,9 @@ class DeliveryRecordAdmin(_ModelAdmin):
     readonly_fields = fields
 
     @admin.display(description="reply")
+    def get_urls(self) -> list[URLPattern]:
+        return secure_urls(super().get_urls())
+
     def reply(self, record: DeliveryRecord) -> str:
         code = "" if record.reply_code is None else f"{record.reply_code} "
         text = record.reply_text if len(record.reply_text) <= 120 else record.reply_text[:120] + " …"

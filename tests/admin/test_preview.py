@@ -71,6 +71,7 @@ def hostile_html(remote: str) -> str:
 <base href="{remote}/base/">
 </head><body onload="window.mqRan = 'onload'">
 <p id="greeting">Hello from the newsletter</p>
+<p class="colored" style="color: rgb(255, 0, 0); font-weight: bold">kept style</p>
 <img src="{remote}/remote-image.png" alt="tracker">
 <img src="x" onerror="window.mqRan = 'onerror'; new Image().src = '{remote}/onerror'">
 <div style="background-image: url({remote}/inline-style.png)">styled</div>
@@ -107,14 +108,50 @@ def test_the_sanitizer_keeps_text_and_layout_and_drops_everything_active() -> No
         " href=",
     ):
         assert gone not in lowered, gone
-    assert 'data-blocked-src="http://remote.test/remote-image.png"' in cleaned
+    assert "remote.test" not in cleaned  # no URL of the message is left, not even inert
+    assert '<img alt="tracker">' in cleaned
     assert (
         sanitize_html('<img src="data:image/png;base64,iVBORw0KGgo=">')
         == '<img src="data:image/png;base64,iVBORw0KGgo=">'
     )
     assert sanitize_html("<p>1 &lt; 2 &amp; <b>bold</b>") == "<p>1 &lt; 2 &amp; <b>bold</b></p>"
-    assert sanitize_html('<td title="&quot;><script>">x</td>') == '<td title="&quot;&gt;&lt;script&gt;">x</td>'
-    assert sanitize_html("<style>p{color:red}</style></style><script>x</script>") == "<style>p{color:red}</style>"
+    assert sanitize_html('<p title="&quot;><script>">x</p>') == '<p title="&quot;&gt;&lt;script&gt;">x</p>'
+    assert sanitize_html("<style>p{color:red}</style></style><script>x</script>") == ""
+    assert sanitize_html('<p style="color: red; background: url(x)">r</p>') == '<p style="color:red">r</p>'
+
+
+# The CSS that got past the old regex sanitizer (issue 24): its one pass left `url(` and `@import` behind
+# when they were nested, and it did not decode CSS escapes. Chromium fetched all four without the CSP.
+
+
+def test_a_nested_url_in_a_style_attribute_is_not_left_behind() -> None:
+    cleaned = sanitize_html('<div style="background: uurl()rl(http://remote.test/x.png)">x</div>')
+    assert "remote.test" not in cleaned and "url(" not in cleaned.lower()
+
+
+def test_a_nested_import_in_a_style_element_is_not_left_behind() -> None:
+    cleaned = sanitize_html('<style>@imp@import;ort "http://remote.test/x.css";</style><p>x</p>')
+    assert "remote.test" not in cleaned and "@import" not in cleaned.lower()
+
+
+def test_an_escaped_url_in_a_style_attribute_is_dropped() -> None:
+    cleaned = sanitize_html('<div style="background: \\75rl(http://remote.test/x.png)">x</div>')
+    assert "remote.test" not in cleaned
+
+
+def test_an_escaped_import_in_a_style_element_is_dropped() -> None:
+    cleaned = sanitize_html('<style>@\\69mport "http://remote.test/x.css";</style><p>x</p>')
+    assert "remote.test" not in cleaned
+
+
+def test_a_style_attribute_keeps_only_properties_that_cannot_fetch() -> None:
+    from tests.support.hostile_html import CSS_VECTORS
+
+    for name, vector in CSS_VECTORS.items():
+        cleaned = sanitize_html(vector.replace("REMOTE", "http://remote.test"))
+        assert "remote.test" not in cleaned, (name, cleaned)
+    kept = sanitize_html('<p style="COLOR: red; font-weight: bold; margin: 0 auto; b\\61ckground: url(x)">p</p>')
+    assert kept == '<p style="font-weight:bold;margin:0 auto">p</p>'
 
 
 def test_the_preview_reads_headers_parts_and_attachments() -> None:
@@ -185,6 +222,11 @@ def test_in_the_browser_the_preview_runs_nothing_and_fetches_nothing(
     browser.switch_to.frame(frame)
     try:
         assert "Hello from the newsletter" in browser.find_element(By.TAG_NAME, "body").text
+        # an inline style of a kept property applies under the frame's CSP and the page's, which it inherits
+        assert browser.find_element(By.CSS_SELECTOR, ".colored").value_of_css_property("color") in (
+            "rgb(255, 0, 0)",
+            "rgba(255, 0, 0, 1)",
+        )
         assert browser.execute_script("return typeof window.mqRan") == "undefined"
         assert browser.execute_script("return document.title") != "pwned"
         assert browser.execute_script("return document.URL") == "about:srcdoc"
@@ -196,4 +238,86 @@ def test_in_the_browser_the_preview_runs_nothing_and_fetches_nothing(
     # nothing reached the "internet", and the admin page itself is untouched
     open_page(browser, live_server.url + path)
     time.sleep(0.5)
-    assert remote.requests == []
+    assert remote.requests == [], remote.requests
+
+
+class Pages:
+    """A loopback HTTP server serving documents by path, with no CSP or other security header; it records requests."""
+
+    def __init__(self, documents: dict[str, str]) -> None:
+        self.requests: list[str] = []
+        recorder, served = self.requests, documents
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                recorder.append(self.path)
+                body = served.get(self.path)
+                self.send_response(200 if body is not None else 404)
+                self.send_header("Content-Type", "text/html; charset=utf-8")
+                self.end_headers()
+                self.wfile.write((body or "").encode("utf-8"))
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(5)
+
+
+def alone(body_html: str) -> str:
+    """A preview's HTML as a page of its own: no CSP, no sandbox, nothing but the sanitized HTML."""
+    return '<!DOCTYPE html><html><head><meta charset="utf-8"></head><body>' + body_html + "</body></html>"
+
+
+def open_and_provoke(browser: Any, url: str) -> str:
+    """Open `url`, click every link, focus every field, wait a moment; what `window.mqRan` is then."""
+    from tests.admin.browser import open_page
+
+    open_page(browser, url)
+    browser.execute_script(
+        "document.querySelectorAll('a, summary, button').forEach(e => { try { e.click() } catch (x) {} });"
+        "document.querySelectorAll('input, textarea, select').forEach(e => e.focus());"
+    )
+    time.sleep(0.05)  # a toggle event is a task of its own
+    return str(browser.execute_script("return typeof window.mqRan"))
+
+
+@pytest.mark.slow
+def test_the_preview_document_alone_runs_nothing_and_fetches_nothing(browser: Any, remote: RemoteContent) -> None:
+    """Done-when 3 of issue 24: the sanitizer alone holds, in Chromium, for each vector in a message of its own."""
+    from tests.support.hostile_html import hostile_document, vectors
+
+    messages = {f"/{name}": html for name, html in vectors(remote.url).items()}
+    messages["/everything"] = hostile_document(remote.url)
+    documents = {}
+    for path, html in messages.items():
+        item = new_item("Hostile", "news@origin.test", ["reader@dest.test"], html=html)  # queued as send_mail() does
+        seen = preview_message(item.message)
+        assert seen.html is not None and seen.html_source is not None
+        documents[path] = alone(seen.html)
+        documents[f"/raw{path}"] = alone(seen.html_source)
+    pages = Pages(documents)
+    try:
+        # the harness sees what it looks for: unsanitized, a script runs, an image and escaped CSS fetch
+        assert open_and_provoke(browser, f"{pages.url}/raw/script") == "string"
+        for name in ("remote-image", "escaped-url", "escaped-import"):
+            open_and_provoke(browser, f"{pages.url}/raw/{name}")
+        time.sleep(1.0)
+        assert {"/tracking-pixel.png", "/escaped-url", "/escaped-import"} <= set(remote.requests), remote.requests
+        remote.requests.clear()
+        ran = {path: open_and_provoke(browser, pages.url + path) for path in messages}
+        time.sleep(1.5)  # time enough for a late image, a refresh or a timer to reach out
+        open_page_requests = [p for p in pages.requests if not p.startswith("/raw/")]
+    finally:
+        pages.close()
+    assert {path: kind for path, kind in ran.items() if kind != "undefined"} == {}
+    assert remote.requests == [], remote.requests
+    # the documents themselves and the browser's favicon, nothing relative to them
+    assert set(open_page_requests) <= {*messages, "/favicon.ico"}

@@ -14,9 +14,9 @@ REMOTE, REMOTE_NO_SCHEME, REMOTE_AFTER_H = "REMOTE", "REMOTE_NO_SCHEME", "REMOTE
 
 #: CSS that fetched through the hand-written sanitiser (issue 24), and other ways CSS fetches.
 CSS_VECTORS: dict[str, str] = {
-    "nested-url": '<div style="background: uurl()rl(REMOTE/nested-url)">nested url()</div>',
+    "nested-url": '<div style="background: uurl()rl(REMOTE/nested-url)">nested url</div>',
     "nested-import": '<style>@imp@import;ort "REMOTE/nested-import";</style><p>nested @import</p>',
-    "escaped-url": '<div style="background: \\75rl(REMOTE/escaped-url)">escaped url()</div>',
+    "escaped-url": '<div style="background: \\75rl(REMOTE/escaped-url)">escaped url</div>',
     "escaped-import": '<style>@\\69mport "REMOTE/escaped-import";</style><p>escaped @import</p>',
     "escaped-url-in-style": "<style>p { background: \\75 rl(REMOTE/escaped-url-in-style) }</style><p>p</p>",
     "style-import": "<style>@import url(REMOTE/style-import);</style>",
