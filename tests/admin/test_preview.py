@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -24,21 +24,23 @@ PIXEL = bytes.fromhex(
 )
 
 
-class RemoteContent:
-    """A loopback HTTP server standing for the internet: it records every request it gets."""
+class RecordingServer:
+    """A loopback HTTP server that records the path of every request and answers `answer(path)`:
+    (status, content type, body)."""
 
-    def __init__(self) -> None:
+    def __init__(self, answer: Callable[[str], tuple[int, str, bytes]]) -> None:
         self.requests: list[str] = []
         recorder = self.requests
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 recorder.append(self.path)
-                self.send_response(200)
-                self.send_header("Content-Type", "image/png")
-                self.send_header("Content-Length", str(len(PIXEL)))
+                status, content_type, body = answer(self.path)
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
-                self.wfile.write(PIXEL)
+                self.wfile.write(body)
 
             def log_message(self, *args: Any) -> None:
                 pass
@@ -52,6 +54,13 @@ class RemoteContent:
         self.server.shutdown()
         self.server.server_close()
         self.thread.join(5)
+
+
+class RemoteContent(RecordingServer):
+    """The internet, as far as the preview can tell: a PNG for every path."""
+
+    def __init__(self) -> None:
+        super().__init__(lambda path: (200, "image/png", PIXEL))
 
 
 @pytest.fixture
@@ -241,34 +250,17 @@ def test_in_the_browser_the_preview_runs_nothing_and_fetches_nothing(
     assert remote.requests == [], remote.requests
 
 
-class Pages:
-    """A loopback HTTP server serving documents by path, with no CSP or other security header; it records requests."""
+class Pages(RecordingServer):
+    """HTML documents by path, sent with no CSP or any other security header."""
 
     def __init__(self, documents: dict[str, str]) -> None:
-        self.requests: list[str] = []
-        recorder, served = self.requests, documents
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                recorder.append(self.path)
-                body = served.get(self.path)
-                self.send_response(200 if body is not None else 404)
-                self.send_header("Content-Type", "text/html; charset=utf-8")
-                self.end_headers()
-                self.wfile.write((body or "").encode("utf-8"))
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(5)
+        super().__init__(
+            lambda path: (
+                (200, "text/html; charset=utf-8", documents[path].encode())
+                if path in documents
+                else (404, "text/plain", b"")
+            )
+        )
 
 
 def alone(body_html: str) -> str:
