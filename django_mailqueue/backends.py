@@ -25,9 +25,10 @@ class QueueEmailBackend(BaseEmailBackend):
     `send_messages()` returns once every message is stored: one item per
     message, the whole batch in one round trip to the store. On the ORM store
     the add joins the caller's transaction. A message that cannot be queued
-    raises `QueueError` (`INVALID`, `TOO_LARGE`, `FULL`) and nothing of the
-    batch is stored; with `fail_silently=True` the bad messages are skipped and
-    the count returned says how many were queued.
+    raises `QueueError` (`INVALID`, `TOO_LARGE`, `FULL`; the first two are
+    also `ValueError`s, as Django's SMTP backend raises for a bad address) and
+    nothing of the batch is stored; with `fail_silently=True` the bad messages
+    are skipped and the count returned says how many were queued.
     """
 
     def __init__(
@@ -50,7 +51,9 @@ class QueueEmailBackend(BaseEmailBackend):
             try:
                 if not recipients_of(message):
                     continue  # as Django's SMTP backend: nothing to send, not counted
-                items.append(message_to_item(message, max_message_size=settings.max_message_size))
+                items.append(
+                    message_to_item(message, max_message_size=settings.max_message_size, route_for=settings.route_for)
+                )
             except QueueError:
                 if not self.fail_silently:
                     raise

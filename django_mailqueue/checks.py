@@ -1,14 +1,17 @@
-"""System checks (`manage.py check`): every `MAILQUEUE` problem as `mailqueue.E0xx`."""
+"""System checks (`manage.py check`): every `MAILQUEUE` problem as `mailqueue.E0xx`, and what to know about it."""
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Any
 
 from django.conf import settings
 from django.core import checks
 from django.core.checks import CheckMessage, Error, Tags, register
 
-from .conf import settings_problems
+from .conf import get_settings, settings_problems
+from .exceptions import QueueSettingsError
+from .routes import MxRoute, describe
 
 
 @register(Tags.compatibility)
@@ -18,6 +21,57 @@ def check_mailqueue_settings(app_configs: Any = None, **kwargs: Any) -> list[Che
         Error(problem.message, hint=f"See the settings reference for {problem.key}.", id=problem.check_id)
         for problem in settings_problems(getattr(settings, "MAILQUEUE", None))
     ]
+
+
+@register(Tags.compatibility)
+def check_routes(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """mailqueue.I001: where mail goes when ROUTES leaves "*" out; mailqueue.W003: an EHLO name MX hosts refuse."""
+    try:
+        parsed = get_settings()
+    except QueueSettingsError:
+        return []  # reported by check_mailqueue_settings
+    messages: list[CheckMessage] = []
+    config = getattr(settings, "MAILQUEUE", None)
+    routes = config.get("ROUTES") if isinstance(config, dict) else None
+    if not isinstance(routes, dict) or "*" not in routes:
+        where = "has no '*' route, so mail to the domains it does not name" if routes else "is not set, so all mail"
+        messages.append(
+            checks.Info(
+                f"MAILQUEUE['ROUTES'] {where} goes through {describe(parsed.routes['*'])}: the relay Django's "
+                "EMAIL_* settings name, as Django's SMTP backend would send it.",
+                hint="To deliver to the recipients' MX hosts instead, set MAILQUEUE['ROUTES'] = {'*': 'mx'}.",
+                id="mailqueue.I001",
+            )
+        )
+    reason = ehlo_name_problem(parsed.hostname)
+    if reason and any(isinstance(route, MxRoute) for route in parsed.routes.values()):
+        messages.append(
+            checks.Warning(
+                f"The EHLO name {parsed.hostname!r} {reason}, and MAILQUEUE['ROUTES'] delivers to MX hosts: many "
+                "refuse such a name (Postfix's reject_non_fqdn_helo_hostname: '504 5.5.2 need fully-qualified "
+                "hostname'), failing every recipient.",
+                hint="Set MAILQUEUE['HOSTNAME'] to this machine's fully-qualified name (the one its IP address's "
+                "reverse DNS gives), or an address literal such as '[192.0.2.1]'.",
+                id="mailqueue.W003",
+            )
+        )
+    return messages
+
+
+def ehlo_name_problem(name: str) -> str | None:
+    """Why `name` is not an EHLO name a strict MX takes (not a fully-qualified domain name), or None."""
+    if name.startswith("[") and name.endswith("]"):
+        return None  # an address literal
+    try:
+        ipaddress.ip_address(name)
+        return "is an IP address without the brackets of an address literal"
+    except ValueError:
+        pass
+    if name.lower().rstrip(".") in ("localhost", "localhost.localdomain"):
+        return "is not a public host name"
+    if "." not in name.strip("."):
+        return "is not a fully-qualified domain name (it has no dot)"
+    return None
 
 
 @register(Tags.database)

@@ -2,18 +2,26 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import ipaddress
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from django.conf import settings as django_settings
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 from django.utils.module_loading import import_string
 
+from . import validation as rules
 from .exceptions import QueueSettingsError
+from .routes import MxRoute as MxRoute  # the route types are named here too: the settings hold them
+from .routes import RelayRoute as RelayRoute
+from .routes import Route as Route
+from .routes import TlsMode as TlsMode
+from .routes import django_relay, parse_routes
+from .validation import InvalidValueError, Validator
 
 #: The stores this package ships, by the path `STORE["BACKEND"]` names them.
 BUILTIN_STORES = (
@@ -21,36 +29,6 @@ BUILTIN_STORES = (
     "django_mailqueue.stores.redis.RedisStore",
     "django_mailqueue.stores.memory.MemoryStore",
 )
-
-TlsMode = Literal["starttls", "implicit", "none"]
-
-
-@dataclass(frozen=True)
-class RelayRoute:
-    """Deliver through a relay (smarthost) rather than to the domain's MX hosts."""
-
-    host: str
-    port: int
-    username: str | None = None
-    #: never shown: `repr` leaves it out, and errors mask it
-    password: str | None = field(default=None, repr=False)
-    tls: TlsMode = "starttls"
-
-    @property
-    def kind(self) -> str:
-        return "relay"
-
-
-@dataclass(frozen=True)
-class MxRoute:
-    """Deliver to the recipient domain's MX hosts (implicit MX when it has none)."""
-
-    @property
-    def kind(self) -> str:
-        return "mx"
-
-
-Route = RelayRoute | MxRoute
 
 
 @dataclass(frozen=True)
@@ -89,7 +67,8 @@ class QueueSettings:
 
     store: StoreSettings = field(default_factory=StoreSettings)
     hostname: str = ""
-    routes: Mapping[str, Route] = field(default_factory=lambda: {"*": MxRoute()})
+    #: always has "*": when not given, the relay of Django's EMAIL_* settings
+    routes: Mapping[str, Route] = field(default_factory=dict)
     dns: DnsSettings = field(default_factory=DnsSettings)
     mx_port: int = 25
     retry_delays: tuple[float, ...] = (300, 600, 1200, 2400, 4000)
@@ -108,9 +87,29 @@ class QueueSettings:
     history_days: int = 30
     max_bytes_in_flight: int = 100 * 1024 * 1024
 
+    def __post_init__(self) -> None:
+        if "*" not in self.routes:
+            object.__setattr__(self, "routes", {**self.routes, "*": _default_route()})
+
     def route_for(self, domain: str) -> Route:
-        """The route for a recipient domain: its own entry, else `"*"`, else MX."""
-        return self.routes.get(domain.lower()) or self.routes.get("*") or MxRoute()
+        """The route for a recipient domain (lowercase A-label; "" for an address without one): its own, else "*"."""
+        return self.routes.get(domain.lower()) or self.routes["*"]
+
+    def timeouts_for(self, route: Route) -> Timeouts:
+        """The session timeouts with `route`: a relay's TIMEOUT bounds each step; SESSION stays."""
+        if isinstance(route, RelayRoute) and route.timeout is not None:
+            step = route.timeout
+            return dataclasses.replace(
+                self.timeouts,
+                connect=step,
+                greeting=step,
+                mail=step,
+                rcpt=step,
+                data=step,
+                data_block=step,
+                data_end=step,
+            )
+        return self.timeouts
 
 
 @dataclass(frozen=True)
@@ -124,168 +123,52 @@ class Problem:
 
 # --- validation --------------------------------------------------------------------
 
-_Validator = Callable[[Any], Any]
-
-
-class _InvalidValueError(Exception):
-    pass
-
-
-def _number(
-    *, minimum: float = 0, exclusive: bool = True, integer: bool = False, maximum: float | None = None
-) -> _Validator:
-    def check(value: Any) -> Any:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise _InvalidValueError(f"must be {'an integer' if integer else 'a number'}, not {type(value).__name__}")
-        if integer and not isinstance(value, int):
-            raise _InvalidValueError("must be an integer")
-        if value != value or value in (float("inf"), float("-inf")):
-            raise _InvalidValueError("must be a finite number")
-        if (exclusive and value <= minimum) or (not exclusive and value < minimum):
-            raise _InvalidValueError(f"must be {'above' if exclusive else 'at least'} {minimum}")
-        if maximum is not None and value > maximum:
-            raise _InvalidValueError(f"must be at most {maximum}")
-        return value
-
-    return check
-
-
-def _optional(inner: _Validator) -> _Validator:
-    def check(value: Any) -> Any:
-        return None if value is None else inner(value)
-
-    return check
-
-
-def _boolean(value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise _InvalidValueError(f"must be True or False, not {value!r}")
-    return value
-
-
-def _port(value: Any) -> int:
-    result: int = _number(integer=True, minimum=1, exclusive=False, maximum=65535)(value)
-    return result
-
-
-def _hostname(value: Any) -> str:
-    if not isinstance(value, str):
-        raise _InvalidValueError("must be a string")
-    if not value:
-        return ""
-    if any(c in value for c in "\r\n\x00 \t") or len(value) > 253:
-        raise _InvalidValueError("must be a host name without spaces or line breaks")
-    try:
-        ipaddress.ip_address(value.strip("[]"))
-        return value
-    except ValueError:
-        pass
-    try:
-        value.encode("idna")
-    except UnicodeError as exc:
-        raise _InvalidValueError(f"is not a valid host name ({exc})") from None
-    return value
-
 
 def _retry_delays(value: Any) -> tuple[float, ...]:
     if isinstance(value, str | bytes) or not isinstance(value, list | tuple) or not value:
-        raise _InvalidValueError("must be a non-empty list of seconds")
-    return tuple(_number()(v) for v in value)
+        raise InvalidValueError("must be a non-empty list of seconds")
+    return tuple(rules.number()(v) for v in value)
 
 
 def _store(value: Any) -> StoreSettings:
     if not isinstance(value, Mapping):
-        raise _InvalidValueError("must be a dict with BACKEND and OPTIONS")
+        raise InvalidValueError("must be a dict with BACKEND and OPTIONS")
     unknown = set(value) - {"BACKEND", "OPTIONS"}
     if unknown:
-        raise _InvalidValueError(f"has unknown keys {sorted(unknown)}; it takes BACKEND and OPTIONS")
+        raise InvalidValueError(f"has unknown keys {sorted(unknown)}; it takes BACKEND and OPTIONS")
     backend = value.get("BACKEND", BUILTIN_STORES[0])
     options = value.get("OPTIONS", {})
     if not isinstance(backend, str):
-        raise _InvalidValueError("BACKEND must be a dotted path")
+        raise InvalidValueError("BACKEND must be a dotted path")
     if not isinstance(options, Mapping):
-        raise _InvalidValueError("OPTIONS must be a dict")
+        raise InvalidValueError("OPTIONS must be a dict")
     return StoreSettings(backend=backend, options=dict(options))
-
-
-def _relay(domain: str, value: Mapping[str, Any]) -> RelayRoute:
-    allowed = {"HOST", "PORT", "USERNAME", "PASSWORD", "TLS"}
-    unknown = set(value) - allowed
-    if unknown:
-        raise _InvalidValueError(
-            f"route {domain!r} has unknown keys {sorted(unknown)}; a relay takes {sorted(allowed)}"
-        )
-    host = value.get("HOST")
-    if not isinstance(host, str) or not host:
-        raise _InvalidValueError(f"route {domain!r} needs HOST, a host name or an IP address")
-    try:
-        _hostname(host)
-    except _InvalidValueError as exc:
-        raise _InvalidValueError(f"route {domain!r}: HOST {exc}") from None
-    tls = value.get("TLS", "starttls")
-    if tls not in ("starttls", "implicit", "none"):
-        raise _InvalidValueError(f"route {domain!r}: TLS must be 'starttls', 'implicit' or 'none'")
-    default_port = 465 if tls == "implicit" else 587
-    try:
-        port = _port(value.get("PORT", default_port))
-    except _InvalidValueError as exc:
-        raise _InvalidValueError(f"route {domain!r}: PORT {exc}") from None
-    username, password = value.get("USERNAME"), value.get("PASSWORD")
-    for name, v in (("USERNAME", username), ("PASSWORD", password)):
-        if v is not None and (not isinstance(v, str) or any(c in v for c in "\r\n\x00")):
-            raise _InvalidValueError(f"route {domain!r}: {name} must be a string without line breaks")
-    if (username is None) != (password is None):
-        raise _InvalidValueError(f"route {domain!r}: USERNAME and PASSWORD go together")
-    return RelayRoute(host=host, port=port, username=username, password=password, tls=tls)
-
-
-def _routes(value: Any) -> dict[str, Route]:
-    if not isinstance(value, Mapping) or not value:
-        raise _InvalidValueError('must be a dict of recipient domain -> "mx" or a relay dict')
-    routes: dict[str, Route] = {}
-    for domain, route in value.items():
-        if not isinstance(domain, str) or not domain:
-            raise _InvalidValueError("keys must be recipient domains or '*'")
-        key = domain.lower()
-        if key != "*":
-            try:
-                key = key.encode("idna").decode("ascii")
-            except UnicodeError:
-                raise _InvalidValueError(f"{domain!r} is not a domain") from None
-        if route == "mx":
-            routes[key] = MxRoute()
-        elif isinstance(route, Mapping):
-            routes[key] = _relay(domain, route)
-        else:
-            raise _InvalidValueError(f'route {domain!r} must be "mx" or a relay dict with HOST')
-    routes.setdefault("*", MxRoute())
-    return routes
 
 
 def _dns(value: Any) -> DnsSettings:
     if not isinstance(value, Mapping):
-        raise _InvalidValueError("must be a dict with NAMESERVERS, PORT and TIMEOUT")
+        raise InvalidValueError("must be a dict with NAMESERVERS, PORT and TIMEOUT")
     unknown = set(value) - {"NAMESERVERS", "PORT", "TIMEOUT"}
     if unknown:
-        raise _InvalidValueError(f"has unknown keys {sorted(unknown)}")
+        raise InvalidValueError(f"has unknown keys {sorted(unknown)}")
     servers = value.get("NAMESERVERS")
     if servers is not None:
         if isinstance(servers, str) or not isinstance(servers, list | tuple) or not servers:
-            raise _InvalidValueError("NAMESERVERS must be a non-empty list of IP addresses")
+            raise InvalidValueError("NAMESERVERS must be a non-empty list of IP addresses")
         for s in servers:
             try:
                 ipaddress.ip_address(s)
             except (ValueError, TypeError):
-                raise _InvalidValueError(f"NAMESERVERS: {s!r} is not an IP address") from None
+                raise InvalidValueError(f"NAMESERVERS: {s!r} is not an IP address") from None
         servers = tuple(servers)
     try:
-        port = _port(value.get("PORT", 53))
-    except _InvalidValueError as exc:
-        raise _InvalidValueError(f"PORT {exc}") from None
+        port = rules.port(value.get("PORT", 53))
+    except InvalidValueError as exc:
+        raise InvalidValueError(f"PORT {exc}") from None
     try:
-        timeout = _number()(value.get("TIMEOUT", 10))
-    except _InvalidValueError as exc:
-        raise _InvalidValueError(f"TIMEOUT {exc}") from None
+        timeout = rules.number()(value.get("TIMEOUT", 10))
+    except InvalidValueError as exc:
+        raise InvalidValueError(f"TIMEOUT {exc}") from None
     return DnsSettings(nameservers=servers, port=port, timeout=timeout)
 
 
@@ -303,17 +186,17 @@ _TIMEOUT_KEYS = {
 
 def _timeouts(value: Any) -> Timeouts:
     if not isinstance(value, Mapping):
-        raise _InvalidValueError(f"must be a dict with any of {sorted(_TIMEOUT_KEYS)}")
+        raise InvalidValueError(f"must be a dict with any of {sorted(_TIMEOUT_KEYS)}")
     unknown = set(value) - set(_TIMEOUT_KEYS)
     if unknown:
-        raise _InvalidValueError(f"has unknown keys {sorted(unknown)}; it takes {sorted(_TIMEOUT_KEYS)}")
+        raise InvalidValueError(f"has unknown keys {sorted(unknown)}; it takes {sorted(_TIMEOUT_KEYS)}")
     values = {}
     for key, attr in _TIMEOUT_KEYS.items():
         if key in value:
             try:
-                values[attr] = _number(maximum=2147483)(value[key])
-            except _InvalidValueError as exc:
-                raise _InvalidValueError(f"{key} {exc}") from None
+                values[attr] = rules.number(maximum=2147483)(value[key])
+            except InvalidValueError as exc:
+                raise InvalidValueError(f"{key} {exc}") from None
     return Timeouts(**values)
 
 
@@ -325,7 +208,7 @@ class SettingKey:
     attr: str
     check_id: str
     default: Any
-    validate: _Validator
+    validate: Validator
     doc: str
 
 
@@ -343,16 +226,17 @@ KEYS: tuple[SettingKey, ...] = (
         "hostname",
         "mailqueue.E004",
         "",
-        _hostname,
-        "EHLO name, Message-ID domain and Reporting-MTA; empty: the machine's FQDN",
+        rules.hostname,
+        "the EHLO name, and the Reporting-MTA and Message-ID domain of DSNs; empty: the machine's FQDN",
     ),
     SettingKey(
         "ROUTES",
         "routes",
         "mailqueue.E005",
-        {"*": "mx"},
-        _routes,
-        'recipient domain -> "mx" or a relay dict; "*" is the default route',
+        None,
+        parse_routes,
+        'recipient domain -> "mx" or a relay dict; "*" is the default route, when absent the relay of Django\'s '
+        "EMAIL_* settings",
     ),
     SettingKey(
         "DNS",
@@ -362,7 +246,7 @@ KEYS: tuple[SettingKey, ...] = (
         _dns,
         "NAMESERVERS (IP addresses), PORT and TIMEOUT; default: the system resolver",
     ),
-    SettingKey("MX_PORT", "mx_port", "mailqueue.E007", 25, _port, "the port of MX hosts"),
+    SettingKey("MX_PORT", "mx_port", "mailqueue.E007", 25, rules.port, "the port of MX hosts"),
     SettingKey(
         "RETRY_DELAYS",
         "retry_delays",
@@ -376,7 +260,7 @@ KEYS: tuple[SettingKey, ...] = (
         "max_lifetime",
         "mailqueue.E009",
         5 * 86400,
-        _number(),
+        rules.number(),
         "seconds after which still-pending recipients fail",
     ),
     SettingKey(
@@ -384,16 +268,16 @@ KEYS: tuple[SettingKey, ...] = (
         "delay_warning",
         "mailqueue.E010",
         4 * 3600,
-        _optional(_number()),
+        rules.optional(rules.number()),
         "seconds after which one 'delayed' DSN is sent; None: never",
     ),
-    SettingKey("DSN", "dsn", "mailqueue.E011", True, _boolean, "False: no DSNs at all (signals still fire)"),
+    SettingKey("DSN", "dsn", "mailqueue.E011", True, rules.boolean, "False: no DSNs at all (signals still fire)"),
     SettingKey(
         "MAX_ITEMS",
         "max_items",
         "mailqueue.E012",
         None,
-        _optional(_number(integer=True)),
+        rules.optional(rules.number(integer=True)),
         "the most items the queue holds; enqueue past it raises FULL; None: no bound",
     ),
     SettingKey(
@@ -401,7 +285,7 @@ KEYS: tuple[SettingKey, ...] = (
         "max_message_size",
         "mailqueue.E013",
         25 * 1024 * 1024,
-        _number(integer=True),
+        rules.number(integer=True),
         "the largest message in bytes; larger raises TOO_LARGE",
     ),
     SettingKey(
@@ -409,7 +293,7 @@ KEYS: tuple[SettingKey, ...] = (
         "lease",
         "mailqueue.E014",
         300,
-        _number(minimum=1, exclusive=False, maximum=2147483),
+        rules.number(minimum=1, exclusive=False, maximum=2147483),
         "seconds a claimed item belongs to its worker; renewed at half",
     ),
     SettingKey(
@@ -417,7 +301,7 @@ KEYS: tuple[SettingKey, ...] = (
         "max_reclaims",
         "mailqueue.E015",
         3,
-        _number(integer=True, minimum=0, exclusive=False),
+        rules.number(integer=True, minimum=0, exclusive=False),
         "leases that expire without an outcome before the item fails",
     ),
     SettingKey(
@@ -425,7 +309,7 @@ KEYS: tuple[SettingKey, ...] = (
         "concurrency",
         "mailqueue.E016",
         20,
-        _number(integer=True, maximum=10000),
+        rules.number(integer=True, maximum=10000),
         "items in flight per worker process",
     ),
     SettingKey(
@@ -441,7 +325,7 @@ KEYS: tuple[SettingKey, ...] = (
         "mx_address_limit",
         "mailqueue.E018",
         5,
-        _number(integer=True, maximum=100),
+        rules.number(integer=True, maximum=100),
         "the most MX addresses tried in one attempt",
     ),
     SettingKey(
@@ -449,7 +333,7 @@ KEYS: tuple[SettingKey, ...] = (
         "rcpt_limit",
         "mailqueue.E019",
         100,
-        _number(integer=True, maximum=100000),
+        rules.number(integer=True, maximum=100000),
         "the most recipients in one SMTP transaction",
     ),
     SettingKey(
@@ -457,7 +341,7 @@ KEYS: tuple[SettingKey, ...] = (
         "poll_interval",
         "mailqueue.E020",
         5,
-        _number(maximum=3600),
+        rules.number(maximum=3600),
         "seconds an idle worker waits before looking again when no wake-up came",
     ),
     SettingKey(
@@ -465,7 +349,7 @@ KEYS: tuple[SettingKey, ...] = (
         "history_days",
         "mailqueue.E021",
         30,
-        _number(integer=True, minimum=0, exclusive=False),
+        rules.number(integer=True, minimum=0, exclusive=False),
         "days delivery history is kept; 0 keeps none",
     ),
     SettingKey(
@@ -473,7 +357,7 @@ KEYS: tuple[SettingKey, ...] = (
         "max_bytes_in_flight",
         "mailqueue.E022",
         100 * 1024 * 1024,
-        _number(integer=True, minimum=1024 * 1024, exclusive=False),
+        rules.number(integer=True, minimum=1024 * 1024, exclusive=False),
         "bytes of messages a worker holds at once (each counted twice: read and on the wire); one larger "
         "message still goes alone",
     ),
@@ -516,10 +400,16 @@ def _parse(raw: Any) -> tuple[list[Problem], QueueSettings | None]:
             continue
         try:
             values[key.attr] = key.validate(raw[key.name])
-        except _InvalidValueError as exc:
+        except InvalidValueError as exc:
             problems.append(Problem(key.check_id, key.name, f"MAILQUEUE[{key.name!r}] {exc}"))
     store = values.get("store", StoreSettings())
     problems.extend(_store_problems(store))
+    routes = values.get("routes") or {}
+    if "*" not in routes:  # Django's EMAIL_* relay; read here too, so a problem with it is reported as one
+        try:
+            values["routes"] = {**routes, "*": django_relay()}
+        except InvalidValueError as exc:
+            problems.append(Problem("mailqueue.E005", "ROUTES", f"MAILQUEUE['ROUTES'] {exc}"))
     if "hostname" not in values or not values["hostname"]:
         values["hostname"] = _default_hostname()
     if problems:
@@ -559,6 +449,13 @@ def _store_problems(store: StoreSettings) -> list[Problem]:
     ]
 
 
+def _default_route() -> Route:
+    try:
+        return django_relay()
+    except InvalidValueError as exc:
+        raise QueueSettingsError(f"MAILQUEUE['ROUTES'] {exc}", check_id="mailqueue.E005") from None
+
+
 def _default_hostname() -> str:
     from django.core.mail.utils import DNS_NAME
 
@@ -573,7 +470,7 @@ def get_settings() -> QueueSettings:
 
 @receiver(setting_changed)
 def _reset(*, setting: str, **kwargs: Any) -> None:
-    if setting in ("MAILQUEUE", "CACHES", "DATABASES"):
+    if setting in ("MAILQUEUE", "CACHES", "DATABASES") or setting.startswith("EMAIL_"):
         get_settings.cache_clear()
         from . import stores
 

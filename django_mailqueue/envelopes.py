@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
-import email.utils
+import email.policy
+import functools
 import re
+from collections.abc import Callable
 from datetime import UTC, date, datetime, time
+from email.errors import NonASCIILocalPartDefect
 from email.message import Message
 from email.mime.base import MIMEBase
 from typing import Any
 
-from django.conf import settings as django_settings
 from django.core.mail import EmailMessage
-from django.core.mail.message import sanitize_address
+from django.utils.encoding import force_str
 
+from .conf import get_settings
 from .exceptions import QueueError
 from .items import DEFAULT_QUEUE, NewItem
 from .mime import plain_message_bytes
+from .routes import MxRoute, Route
 from .text import fits_a_header, refuse_controls, refuse_in_header, refuse_unkeepable
 
 #: The `EmailMessage` attribute naming the item's queue (lane); "default" when unset.
@@ -26,34 +30,40 @@ QUEUE_ATTRIBUTE = "queue"
 SEND_AT_ATTRIBUTE = "send_at"
 
 
-def message_to_item(message: EmailMessage, *, max_message_size: int) -> NewItem:
+def message_to_item(
+    message: EmailMessage, *, max_message_size: int, route_for: Callable[[str], Route] | None = None
+) -> NewItem:
     """The item Django's SMTP backend would send for `message`, or `QueueError(INVALID | TOO_LARGE)`.
 
     The bytes are exactly those `django.core.mail.backends.smtp.EmailBackend`
     writes after DATA (CRLF line endings); the envelope sender is `from_email`
-    and the recipients `to + cc + bcc`, each as Django's `sanitize_address`
-    makes it (IDN domains in A-label form). Whatever keeps the message from
-    becoming an item is an `INVALID` naming the field, the error behind it as
-    its `__cause__`.
+    and the recipients `to + cc + bcc`, each the addr-spec of the address: the
+    local part as written (UTF-8 when not ASCII: delivery then asks for
+    SMTPUTF8), the domain in A-label form. An address without a domain
+    ("webmaster") is taken only where `route_for` (by default the settings')
+    sends it through a relay, as Django's SMTP backend would hand it over.
+    Whatever keeps the message from becoming an item is an `INVALID` naming
+    the field, the error behind it as its `__cause__`.
     """
     recipients_raw = recipients_of(message)
     if not recipients_raw:
         raise QueueError("INVALID", "the message has no recipients")
-    encoding = message.encoding or django_settings.DEFAULT_CHARSET
     try:
         _check_fields(message)
     except QueueError:
         raise
     except Exception as exc:  # a field of a type Django does not take either (an attachment not a triple, ...)
         raise QueueError("INVALID", f"a field of the message cannot be read: {type(exc).__name__}: {exc}") from exc
-    sender = _envelope_address(message.from_email, encoding, "the sender")
+    sender = _envelope_address(message.from_email, "the sender")
     recipients: list[str] = []
     for raw in recipients_raw:
-        address = _envelope_address(raw, encoding, f"recipient {raw!r}")
+        address = _envelope_address(raw, f"recipient {raw!r}")
         if not address:
             raise QueueError("INVALID", f"recipient {raw!r} is empty")
         if address not in recipients:
             recipients.append(address)
+    if (sender and "@" not in sender) or not all("@" in r for r in recipients):
+        _refuse_domainless_to_mx(sender, recipients, route_for or get_settings().route_for)
     try:
         written = plain_message_bytes(message)
         if written is not None:
@@ -194,30 +204,81 @@ def _check_headers(mime: Message) -> None:
                 refuse_in_header(text, f"header {name!r} of a {part.get_content_type()} part")
 
 
-#: A bare ASCII addr-spec of RFC 5322 atoms: `sanitize_address` returns it unchanged, so it is
-#: taken as it is without running the email header parser (the costliest step of an enqueue).
+#: A bare ASCII addr-spec of RFC 5322 atoms: its own envelope address, taken as it is without running
+#: the email header parser (the costliest step of an enqueue).
 _PLAIN_ADDRESS = re.compile(
     r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*"
     r"@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*"
 )
+#: The defect the header parser reports for an address without a domain, which Django lets through (#15042).
+_NO_DOMAIN = "addr-spec local part with no domain"
 
 
-def _envelope_address(raw: Any, encoding: str, what: str) -> str:
-    if raw is None or raw == "":
+def _envelope_address(raw: Any, what: str) -> str:
+    if isinstance(raw, tuple | list) and len(raw) == 2:  # (display name, address), as Django also takes one
+        raw = raw[1]
+    if raw is None:
         return ""
-    if isinstance(raw, str) and _PLAIN_ADDRESS.fullmatch(raw):
-        return raw
     try:
-        sanitized = sanitize_address(raw, encoding)
-        # What smtplib.sendmail puts after MAIL FROM: / RCPT TO: for that string.
-        address = email.utils.parseaddr(sanitized)[1] or sanitized
-    except Exception as exc:  # the header parser raises ValueError, TypeError, AttributeError, ... for junk
+        text = force_str(raw)  # a lazy string too (Django ticket #24416)
+    except Exception as exc:
         raise QueueError("INVALID", f"{what} is not a valid address: {type(exc).__name__}: {exc}") from exc
-    refuse_in_header(address, what)
-    refuse_controls(address, what)
-    if address and ("@" not in address or any(c in address for c in " <>")):
-        raise QueueError("INVALID", f"{what} is not a valid address")
-    return address
+    if _PLAIN_ADDRESS.fullmatch(text) or text == "":
+        return text
+    refuse_in_header(text, what)
+    refuse_controls(text, what)
+    return envelope_address(text, what)
+
+
+@functools.lru_cache(maxsize=1024)  # the same few senders ("Site <noreply@site>") again and again
+def envelope_address(text: str, what: str = "the address") -> str:
+    """The envelope address for an address as written in a header (`"Jösé <jösé@bücher.example>"`):
+    its addr-spec with the local part as written and a non-ASCII domain in A-label form
+    (`jösé@xn--bcher-kva.example`); a bare local part ("webmaster") as it is.
+
+    Refused (`QueueError(INVALID)`) as Django's SMTP backend (6.0's `prep_address`, Unicode kept)
+    refuses it — a parse defect, not exactly one mailbox — and when SMTP cannot carry it.
+    """
+    from .delivery.addresses import parse_address  # not at import: delivery brings aiosmtplib
+
+    try:
+        header = email.policy.default.header_factory("To", text)
+        mailboxes = [address for group in header.groups for address in group.addresses]
+    except Exception as exc:  # the header parser raises IndexError, ValueError, ... for some junk
+        raise QueueError("INVALID", f"{what} is not a valid address: {type(exc).__name__}: {exc}") from exc
+    defects = [
+        str(d) for d in header.defects if not isinstance(d, NonASCIILocalPartDefect) and str(d) != _NO_DOMAIN
+    ]
+    if defects or len(mailboxes) != 1:
+        reason = "; ".join(defects) if defects else "it must be a single address"
+        raise QueueError("INVALID", f"{what} is not a valid address: {reason}")
+    mailbox = mailboxes[0]
+    parsed = parse_address(mailbox.addr_spec, domainless=True)
+    if parsed is None:
+        raise QueueError("INVALID", f"{what} is not an address SMTP can carry")
+    return mailbox.addr_spec if mailbox.domain.isascii() else parsed.wire  # an ASCII domain as written, as Django
+
+
+def _refuse_domainless_to_mx(sender: str, recipients: list[str], route_for: Callable[[str], Route]) -> None:
+    """An address without a domain goes to a relay only: an MX route has no domain to look up."""
+
+    def to_mx(address: str) -> bool:
+        return isinstance(route_for(address.rpartition("@")[2] if "@" in address else ""), MxRoute)
+
+    for recipient in recipients:
+        if "@" not in recipient and to_mx(recipient):
+            raise QueueError(
+                "INVALID",
+                f"recipient {recipient!r} has no domain, and MAILQUEUE['ROUTES'] sends it "
+                "to MX hosts: only a relay route can take an address without a domain",
+            )
+    by_mx = next((r for r in recipients if to_mx(r)), None) if sender and "@" not in sender else None
+    if by_mx is not None:
+        raise QueueError(
+            "INVALID",
+            f"the sender {sender!r} has no domain, and mail to {by_mx!r} goes to MX hosts: "
+            "only a relay route can take an address without a domain",
+        )
 
 
 def _queue_of(message: EmailMessage) -> str:

@@ -1,4 +1,4 @@
-"""The errors the queue raises: one class, `QueueError`, told apart by its `code`."""
+"""The errors the queue raises: `QueueError`, told apart by its `code`; input errors are also `ValueError`s."""
 
 from __future__ import annotations
 
@@ -18,13 +18,25 @@ CODES: dict[str, str] = {
     "REPLY_LOST": "the reply after the final '.' was lost: the message may have been delivered, and is tried again",
 }
 
+#: The codes that blame the caller's input: their errors are `QueueInputError`s, so also `ValueError`s.
+INPUT_CODES = frozenset({"INVALID", "TOO_LARGE"})
+
 
 class QueueError(Exception):
     """An error of the queue; `code` says which (see `CODES`), the message says why.
 
     The message never holds a secret: relay passwords and the passwords of
     database or Redis URLs are masked before a `QueueError` is made.
+
+    `QueueError(code, ...)` with a code of `INPUT_CODES` makes a
+    `QueueInputError`, which is also a `ValueError`, as Django's SMTP
+    backend raises for a bad address.
     """
+
+    def __new__(cls, *args: object, **kwargs: object) -> QueueError:
+        if cls is QueueError and args and args[0] in INPUT_CODES:
+            cls = QueueInputError
+        return super().__new__(cls, *args)
 
     def __init__(self, code: str, message: str, *, item_id: object | None = None) -> None:
         if code not in CODES:
@@ -42,6 +54,10 @@ class QueueError(Exception):
 
     def __reduce__(self) -> tuple[object, ...]:
         return (_rebuild, (self.code, self.message, self.item_id))
+
+
+class QueueInputError(QueueError, ValueError):
+    """A `QueueError` about the caller's input (`INVALID`, `TOO_LARGE`): `except ValueError` catches it too."""
 
 
 def _rebuild(code: str, message: str, item_id: object | None) -> QueueError:

@@ -15,7 +15,7 @@ from django.db.models import Field
 
 from .binding import binary_cursor
 from .dbthreads import DatabaseThreads, drop_if_broken
-from .items import QueueItem, RecipientOutcome, RecipientState
+from .items import QueueItem, RecipientOutcome, RecipientState, address_domain
 from .models import DeliveryRecord
 
 logger = logging.getLogger("django_mailqueue")
@@ -53,7 +53,7 @@ class History:
                 e.item.message_id[:998],
                 e.item.sender,
                 e.outcome.address,
-                e.outcome.address.rpartition("@")[2].lower()[:255],
+                address_domain(e.outcome.address)[:255],
                 e.item.queue,
                 _STATE[e.outcome.state],
                 e.outcome.reply.code,

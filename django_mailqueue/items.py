@@ -11,6 +11,11 @@ from datetime import datetime
 DEFAULT_QUEUE = "default"
 
 
+def address_domain(address: str) -> str:
+    """An envelope address's domain, lowercase; "" for a bare local part ("webmaster")."""
+    return address.rpartition("@")[2].lower() if "@" in address else ""
+
+
 class RecipientState(enum.StrEnum):
     """Where one recipient of an item stands. `delivered` and `failed` are final."""
 
@@ -75,7 +80,7 @@ class Recipient:
 
     @property
     def domain(self) -> str:
-        return self.address.rpartition("@")[2].lower()
+        return address_domain(self.address)
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,9 @@ BAD_VALUES: dict[str, list[Any]] = {
     "HOSTNAME": [3, "mail example", "mail.example\r\n"],
     "ROUTES": ["mx", {"*": "smtp"}, {"corp.example": {"PORT": 25}}, {"x.example": {"HOST": "h", "TLS": "yes"}},
                {"x.example": {"HOST": "h", "USERNAME": "u"}}, {"x.example": {"HOST": "h", "PORT": 70000}},
-               {"x.example": {"HOST": "h", "PASSWORD": "p\nq", "USERNAME": "u"}}],
+               {"x.example": {"HOST": "h", "PASSWORD": "p\nq", "USERNAME": "u"}},
+               {"x.example": {"HOST": "h", "TIMEOUT": 0}}, {"x.example": {"HOST": "h", "TIMEOUT": "10"}},
+               {"x.example": {"HOST": "h", "SSL_KEYFILE": "/k.pem"}}, {"x.example": {"HOST": "h", "SSL_CERTFILE": ""}}],
     "DNS": [["127.0.0.1"], {"NAMESERVERS": "127.0.0.1"}, {"NAMESERVERS": ["dns.example"]}, {"PORT": 0},
             {"TIMEOUT": -1}, {"SERVERS": []}],
     "MX_PORT": [0, 65536, "25", 2.5],
@@ -89,7 +91,9 @@ def test_defaults() -> None:
     assert parsed.lease == 300 and parsed.max_reclaims == 3 and parsed.concurrency == 20
     assert parsed.max_message_size == 25 * 1024 * 1024 and parsed.max_items is None and parsed.dsn is True
     assert parsed.mx_port == 25 and parsed.hostname
-    assert isinstance(parsed.route_for("anything.example"), MxRoute)
+    # ROUTES absent: Django's SMTP backend's relay, from Django's own defaults
+    assert parsed.route_for("anything.example") == RelayRoute(host="localhost", port=25, tls="none")
+    assert load_settings({"ROUTES": None}) == parsed
 
 
 def test_routes_are_parsed_and_the_password_is_not_shown() -> None:
@@ -127,3 +131,95 @@ def test_a_store_refuses_options_it_does_not_take() -> None:
     with pytest.raises(QueueError) as raised:
         MemoryStore({"url": "x"})
     assert raised.value.code == "INVALID_OPTION"
+
+
+# --- the default route: Django's EMAIL_* relay ------------------------------------------------------
+
+
+@pytest.mark.parametrize(("email", "expected"), [
+    ({"EMAIL_HOST": "smtp.provider.example", "EMAIL_PORT": 587, "EMAIL_USE_TLS": True,
+      "EMAIL_HOST_USER": "me", "EMAIL_HOST_PASSWORD": "pw"},
+     RelayRoute(host="smtp.provider.example", port=587, username="me", password="pw", tls="starttls")),
+    ({"EMAIL_HOST": "smtp.provider.example", "EMAIL_PORT": "465", "EMAIL_USE_SSL": True, "EMAIL_TIMEOUT": 20,
+      "EMAIL_SSL_CERTFILE": "/etc/mail/client.pem", "EMAIL_SSL_KEYFILE": "/etc/mail/client.key"},
+     RelayRoute(host="smtp.provider.example", port=465, tls="implicit", timeout=20,
+                ssl_certfile="/etc/mail/client.pem", ssl_keyfile="/etc/mail/client.key")),
+    # Django logs in only with both a user and a password
+    ({"EMAIL_HOST": "10.0.0.5", "EMAIL_PORT": 2525, "EMAIL_HOST_USER": "me"},
+     RelayRoute(host="10.0.0.5", port=2525, tls="none")),
+])
+def test_without_routes_star_is_the_relay_djangos_smtp_backend_uses(email: dict[str, Any],
+                                                                     expected: RelayRoute) -> None:
+    with override_settings(**email):
+        assert get_settings().routes == {"*": expected}
+        with override_settings(MAILQUEUE={"ROUTES": {"corp.example": "mx"}}):
+            assert get_settings().routes == {"corp.example": MxRoute(), "*": expected}
+        with override_settings(MAILQUEUE={"ROUTES": {"*": "mx"}}):
+            assert get_settings().routes == {"*": MxRoute()}
+
+
+def test_a_relay_timeout_bounds_each_step_but_not_the_session() -> None:
+    parsed = load_settings({"ROUTES": {"*": {"HOST": "h", "TIMEOUT": 7}, "mx.example": "mx"},
+                            "TIMEOUTS": {"SESSION": 99, "DATA_END": 900}})
+    relayed = parsed.timeouts_for(parsed.route_for("anything.example"))
+    assert (relayed.connect, relayed.greeting, relayed.mail, relayed.rcpt, relayed.data, relayed.data_block,
+            relayed.data_end, relayed.session) == (7, 7, 7, 7, 7, 7, 7, 99)
+    assert parsed.timeouts_for(parsed.route_for("mx.example")) == parsed.timeouts
+
+
+def test_email_use_tls_and_email_use_ssl_together_are_refused_as_django_does() -> None:
+    with override_settings(EMAIL_USE_TLS=True, EMAIL_USE_SSL=True):
+        with pytest.raises(QueueSettingsError) as raised:
+            get_settings()
+        assert raised.value.check_id == "mailqueue.E005" and "EMAIL_USE_SSL" in str(raised.value)
+        with pytest.raises(SystemCheckError, match="mailqueue.E005"):
+            call_command("check", stdout=StringIO(), stderr=StringIO())
+        with override_settings(MAILQUEUE={"ROUTES": {"*": "mx"}}):
+            assert get_settings().route_for("x.example") == MxRoute()  # EMAIL_* unused: nothing to refuse
+
+
+def check_messages(**overrides: Any) -> dict[str, str]:
+    """The mailqueue messages `manage.py check` reports, by id."""
+    from django.core import checks
+
+    with override_settings(**overrides):
+        return {m.id: m.msg for m in checks.run_checks() if m.id and m.id.startswith("mailqueue.")}
+
+
+def test_check_says_where_mail_goes_when_routes_leave_star_out() -> None:
+    email = {"EMAIL_HOST": "smtp.provider.example", "EMAIL_PORT": 587, "EMAIL_USE_TLS": True,
+             "EMAIL_HOST_USER": "me", "EMAIL_HOST_PASSWORD": "hunter2-secret"}
+    info = check_messages(MAILQUEUE={"HOSTNAME": "mail.example.com"}, **email)["mailqueue.I001"]
+    assert "is not set, so all mail goes through the relay smtp.provider.example:587 (STARTTLS" in info
+    assert "hunter2-secret" not in info
+    info = check_messages(MAILQUEUE={"HOSTNAME": "mail.example.com", "ROUTES": {"corp.example": "mx"}}, **email)
+    assert "mail to the domains it does not name goes through the relay smtp" in info["mailqueue.I001"]
+    assert "mailqueue.I001" not in check_messages(MAILQUEUE={"HOSTNAME": "mail.example.com", "ROUTES": {"*": "mx"}})
+    out = StringIO()
+    with override_settings(MAILQUEUE={"HOSTNAME": "mail.example.com"}, **email):
+        call_command("check", stdout=out, stderr=out)
+    assert "mailqueue.I001" in out.getvalue()
+
+
+@pytest.mark.parametrize(("hostname", "warned"), [
+    ("localhost", True), ("localhost.localdomain", True), ("LOCALHOST.", True), ("mailhost", True),
+    ("192.0.2.1", True), ("2001:db8::1", True),
+    ("mail.example.com", False), ("[192.0.2.1]", False), ("[IPv6:2001:db8::1]", False),
+])
+def test_check_warns_of_an_ehlo_name_a_strict_mx_refuses(hostname: str, warned: bool) -> None:
+    mx = check_messages(MAILQUEUE={"HOSTNAME": hostname, "ROUTES": {"*": "mx"}})
+    assert ("mailqueue.W003" in mx) is warned
+    if warned:
+        assert repr(hostname) in mx["mailqueue.W003"]
+    one_domain_by_mx = {"*": {"HOST": "relay.example", "TLS": "none"}, "partner.example": "mx"}
+    assert ("mailqueue.W003" in check_messages(MAILQUEUE={"HOSTNAME": hostname, "ROUTES": one_domain_by_mx})) is warned
+    relay_only = {"*": {"HOST": "relay.example", "TLS": "none"}}
+    assert "mailqueue.W003" not in check_messages(MAILQUEUE={"HOSTNAME": hostname, "ROUTES": relay_only})
+
+
+def test_check_warns_of_the_default_ehlo_name_when_it_is_localhost(monkeypatch: pytest.MonkeyPatch) -> None:
+    from django.core.mail.utils import DNS_NAME
+
+    monkeypatch.setattr(DNS_NAME, "_fqdn", "localhost")  # what many machines and containers have
+    warning = check_messages(MAILQUEUE={"ROUTES": {"*": "mx"}})["mailqueue.W003"]
+    assert "The EHLO name 'localhost'" in warning

@@ -23,7 +23,8 @@ class EnvelopeAddress:
     given: str
     #: the local part, unchanged
     local: str
-    #: the routing domain: lowercase A-label form, or an address literal such as "[192.0.2.1]"
+    #: the routing domain: lowercase A-label form, an address literal such as "[192.0.2.1]", or ""
+    #: for a bare local part (see `parse_address`)
     domain: str
     #: what MAIL FROM / RCPT TO carry between the angle brackets
     wire: str
@@ -69,19 +70,21 @@ def _literal(domain: str) -> str | None:
         return None
 
 
-def parse_address(address: object) -> EnvelopeAddress | None:
-    """The address, or None when SMTP would refuse it (line breaks, controls, no domain, ...)."""
+def parse_address(address: object, *, domainless: bool = False) -> EnvelopeAddress | None:
+    """The address, or None when SMTP would refuse it (line breaks, controls, no domain, ...).
+
+    With `domainless`, a bare local part ("webmaster", as Django lets one be
+    sent: tickets #15042, #24416) is taken too, with `domain` "": a relay
+    completes or refuses it, an MX could not be found for it.
+    """
     if not isinstance(address, str) or not address or len(address) > _MAX_ADDRESS * 4:
         return None
     if _CONTROL.search(address) or not address.isprintable():
         return None
     local, at, domain = address.rpartition("@")
-    if not at or not local or not domain:
-        return None
-    if local.startswith('"'):
-        if not _QUOTED_LOCAL.match(local):
-            return None
-    elif not _DOT_ATOM_LOCAL.match(local):
+    if not at and domainless and _valid_local(address) and len(address.encode("utf-8")) <= _MAX_ADDRESS:
+        return EnvelopeAddress(given=address, local=address, domain="", wire=address)
+    if not at or not local or not domain or not _valid_local(local):
         return None
     if domain.startswith("[") and domain.endswith("]"):
         routing = _literal(domain)
@@ -95,11 +98,15 @@ def parse_address(address: object) -> EnvelopeAddress | None:
     return EnvelopeAddress(given=address, local=local, domain=routing, wire=wire)
 
 
-def parse_sender(address: object) -> EnvelopeAddress | None:
+def _valid_local(local: str) -> bool:
+    return bool(_QUOTED_LOCAL.match(local) if local.startswith('"') else _DOT_ATOM_LOCAL.match(local))
+
+
+def parse_sender(address: object, *, domainless: bool = False) -> EnvelopeAddress | None:
     """The envelope sender; "" is the null sender (bounces, DSNs), kept as it is."""
     if address == "":
         return EnvelopeAddress(given="", local="", domain="", wire="")
-    return parse_address(address)
+    return parse_address(address, domainless=domainless)
 
 
 __all__ = ["EnvelopeAddress", "domain_to_ascii", "parse_address", "parse_sender"]

@@ -121,7 +121,7 @@ class Deliverer:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.settings.timeouts.session
         given = list(recipients)
-        envelope_sender = parse_sender(sender)
+        envelope_sender = parse_sender(sender, domainless=True)
         if envelope_sender is None:
             reply = replies.own_reply(replies.BAD_SENDER, f"sender address {sender!r} cannot be carried by SMTP")
             refused = tuple(RecipientOutcome(str(r), RecipientState.FAILED, reply) for r in given)
@@ -134,11 +134,9 @@ class Deliverer:
         for address in given:
             if address in decided or address in parsed:
                 continue
-            recipient = parse_address(address)
-            if recipient is None:
-                reply = replies.own_reply(replies.BAD_RECIPIENT,
-                                          f"recipient address {address!r} cannot be carried by SMTP")
-                decided[address] = RecipientOutcome(str(address), RecipientState.FAILED, reply)
+            recipient = self._admit(address, envelope_sender)
+            if isinstance(recipient, Reply):
+                decided[address] = RecipientOutcome(str(address), RecipientState.FAILED, recipient)
                 continue
             parsed[address] = recipient
             self._destination(destinations, recipient).recipients.append(recipient)
@@ -186,6 +184,21 @@ class Deliverer:
         return replies.own_reply(replies.NO_ANSWER, f"attempt deadline of {self.settings.timeouts.session:g} s passed")
 
     # --- grouping -------------------------------------------------------------------
+
+    def _admit(self, address: str, sender: EnvelopeAddress) -> EnvelopeAddress | Reply:
+        """The recipient, or the reply that fails it unsent. An address without a domain goes to a relay only."""
+        recipient = parse_address(address, domainless=True)
+        if recipient is None:
+            return replies.own_reply(replies.BAD_RECIPIENT, f"recipient address {address!r} cannot be carried by SMTP")
+        if isinstance(self.settings.route_for(recipient.domain), RelayRoute):
+            return recipient
+        if not recipient.domain:
+            return replies.own_reply(replies.BAD_RECIPIENT, f"recipient address {address!r} has no domain, and "
+                                                            "only a relay route can take one")
+        if sender.wire and not sender.domain:
+            return replies.own_reply(replies.BAD_SENDER, f"sender address {sender.given!r} has no domain, and "
+                                                         f"{recipient.domain} is routed to its MX hosts")
+        return recipient
 
     def _key(self, recipient: EnvelopeAddress) -> tuple[object, ...]:
         route = self.settings.route_for(recipient.domain)
@@ -294,7 +307,8 @@ class Deliverer:
             if loop.time() >= deadline:
                 break
             target = Target(host=host, address=address, port=port, tls=policy, tls_context=context,
-                            helo_name=self.settings.hostname, timeouts=self.settings.timeouts, deadline=deadline,
+                            helo_name=self.settings.hostname, timeouts=self.settings.timeouts_for(route),
+                            deadline=deadline,
                             username=username, password=password)
             try:
                 report = await self.transport.send(target, envelope)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ssl
 from collections.abc import Callable
 
-from ..conf import RelayRoute
+from ..routes import RelayRoute
 
 #: Makes the context that verifies a relay's certificate; the default is `relay_context`.
 RelayContextFactory = Callable[[RelayRoute], ssl.SSLContext]
@@ -29,11 +29,14 @@ def relay_context(route: RelayRoute) -> ssl.SSLContext:
 
     `ssl.create_default_context()` loads OpenSSL's default locations, so
     `SSL_CERT_FILE` / `SSL_CERT_DIR` apply; the relay's `HOST` (a name or an
-    IP literal) must match the certificate.
+    IP literal) must match the certificate. The route's `SSL_CERTFILE` (and
+    `SSL_KEYFILE`) is the client certificate offered to the relay.
     """
     context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
     context.check_hostname = True
     context.verify_mode = ssl.CERT_REQUIRED
+    if route.ssl_certfile:
+        context.load_cert_chain(route.ssl_certfile, route.ssl_keyfile)
     return context
 
 

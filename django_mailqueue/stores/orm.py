@@ -30,6 +30,7 @@ from ..items import (
     QueueItem,
     Recipient,
     RecipientState,
+    address_domain,
     apply_completion,
 )
 from ..models import QueuedItem, QueuedMessage, QueuedRecipient, QueueLock
@@ -180,7 +181,7 @@ class OrmStore(QueueStore):
                     row.seq = by_id[row.id]
             QueuedRecipient.objects.using(self.alias).bulk_create(
                 [
-                    QueuedRecipient(item_id=row.seq, position=i, address=address, domain=_domain(address))
+                    QueuedRecipient(item_id=row.seq, position=i, address=address, domain=address_domain(address))
                     for row, new in zip(created, items, strict=True)
                     for i, address in enumerate(new.recipients)
                 ]
@@ -243,7 +244,7 @@ class OrmStore(QueueStore):
                 r_ids.append(new.id)
                 r_positions.append(position)
                 r_addresses.append(address)
-                r_domains.append(_domain(address))
+                r_domains.append(address_domain(address))
             data.append(bytes(new.message))
         if len(items) == 1:
             # One item (every send_mail()): plain parameters, the recipients as a VALUES list —
@@ -286,7 +287,7 @@ class OrmStore(QueueStore):
                     f"INSERT INTO {QueuedRecipient._meta.db_table} "  # noqa: S608 - table names are ours
                     "(item_id, position, address, domain, state, reply_status, reply_text, remote_mta) "
                     "VALUES (%s, %s, %s, %s, 'pending', '', '', '')",
-                    [(seq_of[new.id], position, address, _domain(address))
+                    [(seq_of[new.id], position, address, address_domain(address))
                      for new in chunk for position, address in enumerate(new.recipients)],
                 )
                 cursor.executemany(
@@ -709,10 +710,6 @@ def _as_added(new: NewItem, now: datetime, now_us: int) -> QueueItem:
         message_id=new.message_id[:998],
         subject=new.subject[:255],
     )
-
-
-def _domain(address: str) -> str:
-    return address.rpartition("@")[2].lower()
 
 
 def _unavailable(exc: DatabaseError) -> QueueError:

@@ -84,7 +84,9 @@ MAILQUEUE = {
     "HOSTNAME": "mail.example.com",
     # Every domain goes to the sink, in plain text: it stands in for the MX hosts
     # of example.net (the recipients) and of example.com (where DSNs go back).
-    # A real site keeps the default, {"*": "mx"}, or names its relay here.
+    # A real site leaves ROUTES out, and its mail goes through the relay its
+    # EMAIL_HOST, EMAIL_PORT, EMAIL_USE_TLS, ... name, as with Django's SMTP backend;
+    # or it says {"*": "mx"} to deliver to the recipients' MX hosts itself.
     "ROUTES": {"*": {"HOST": "127.0.0.1", "PORT": DEMO_SINK_PORT, "TLS": "none"}},
     # Short, so the greylisted address is retried within the demo (the default
     # starts at 5 minutes).

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from django_mailqueue.clock import FakeClock
-from django_mailqueue.conf import QueueSettings, RelayRoute, Timeouts
+from django_mailqueue.conf import MxRoute, QueueSettings, RelayRoute, Timeouts
 from django_mailqueue.delivery import (
     Deliverer,
     Envelope,
@@ -165,6 +165,7 @@ async def test_deliverer_runs_on_an_injected_transport_resolver_and_clock() -> N
     clock = FakeClock()
     transport, resolver = FakeTransport(), FakeResolver()
     settings = QueueSettings(hostname="client.test", routes={
+        "*": MxRoute(),
         "relayed.test": RelayRoute(host="smarthost.invalid", port=587, username="u", password="p"),
     })
     deliverer = Deliverer(settings, clock=clock, transport=transport, resolver=resolver)
@@ -207,7 +208,7 @@ class HangingTransport(FakeTransport):
 @pytest.mark.parametrize(("transport", "status"), [(BrokenTransport(), "4.3.0"), (HangingTransport(), "4.4.1")])
 async def test_a_misbehaving_transport_defers_and_never_raises(transport: FakeTransport, status: str,
                                                               recipients: list[str]) -> None:
-    settings = QueueSettings(hostname="client.test", timeouts=Timeouts(session=0.3))
+    settings = QueueSettings(hostname="client.test", routes={"*": MxRoute()}, timeouts=Timeouts(session=0.3))
     deliverer = Deliverer(settings, transport=transport, resolver=FakeResolver())
 
     result = await deliverer.deliver("s@origin.test", recipients, b"x")

@@ -4,8 +4,8 @@ The steps are read from README.md itself — the fenced block after each
 `<!-- install:NAME -->` marker — so the README and this test cannot drift
 apart. Two departures, both forced: `pip install` is not run (this
 virtualenv has the package installed, editable), and the worker runs with
-`--once` and a route to an SMTP server on loopback instead of the
-internet's MX hosts.
+`--once` and an SMTP server on loopback instead of the
+provider's relay (the README's `EMAIL_*` settings, the default route).
 """
 
 from __future__ import annotations
@@ -81,15 +81,18 @@ def test_readme_install_steps_deliver_a_message(tmp_path: Path) -> None:
     settings = project / "mysite" / "settings.py"
 
     with SmtpServer() as server:
-        # The README's settings, as written; then the one change a test must make: the route.
+        # The README's settings, as written; then the one change a test must make: the relay its EMAIL_*
+        # settings name (the default route) is the test's SMTP server.
         settings.write_text(
             settings.read_text()
             + "\n# --- from README.md ---\n" + steps["settings"] + "\n"
-            + "\n# --- the test's SMTP server instead of the internet ---\n"
-            + f'MAILQUEUE["ROUTES"] = {{"*": {{"HOST": "127.0.0.1", "PORT": {server.port}, "TLS": "none"}}}}\n'
+            + "\n# --- the test's SMTP server instead of the provider's relay ---\n"
+            + f'EMAIL_HOST, EMAIL_PORT, EMAIL_USE_TLS = "127.0.0.1", {server.port}, False\n'
         )
         check = run_manage(project, ["check"])
-        assert "no issues" in check
+        # only the information of where mail goes
+        assert "identified 1 issue" in check and "(mailqueue.I001)" in check, check
+        assert f"the relay 127.0.0.1:{server.port} (no TLS)" in check
 
         for command in shell_lines(steps["migrate"]):
             run_manage(project, manage_args(command))

@@ -271,6 +271,7 @@ class _Store:
 def _mailqueue(store: dict[str, Any], dns: DnsServer, mx_port: int, lease: float) -> dict[str, Any]:
     return {
         "STORE": store,
+        "ROUTES": {"*": "mx"},
         "DNS": {"NAMESERVERS": ["127.0.0.1"], "PORT": dns.port, "TIMEOUT": 2},
         "MX_PORT": mx_port,
         "POLL_INTERVAL": 0.5,

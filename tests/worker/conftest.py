@@ -54,6 +54,7 @@ class MailWorld:
         return {
             "STORE": store,
             "HOSTNAME": "mq.test.example",
+            "ROUTES": {"*": "mx"},
             "DNS": {"NAMESERVERS": ["127.0.0.1"], "PORT": self.dns.port, "TIMEOUT": 2},
             "MX_PORT": self.port,
             "POLL_INTERVAL": 0.2,
