@@ -135,6 +135,14 @@ class QueueStoreContract:
         got = store.get(added.id)
         assert got is not None and got.sender == ""
 
+    def test_utf8_addresses_and_bare_local_parts_are_kept(self, store: QueueStore) -> None:
+        """A UTF-8 local part (SMTPUTF8), and an address without a domain, which a relay route delivers."""
+        added = store.add(new_item(sender="tester", recipients=("jösé@example.test", "django")), now=T0)
+        got = store.get(added.id)
+        assert got is not None and got.sender == "tester"
+        assert [r.address for r in got.recipients] == ["jösé@example.test", "django"]
+        assert [r.domain for r in got.recipients] == ["example.test", ""]
+
     def test_message_bytes_come_back_identical(self, store: QueueStore) -> None:
         raw = bytes(range(256)) * 40 + b"\x00\r\n.\r\n\xff\xfe not utf-8 \x80"
         added = store.add(new_item(message=raw), now=T0)
@@ -214,7 +222,8 @@ class QueueStoreContract:
             {"recipients": ("x@example.org\n",)},
             {"recipients": ("x\x00@example.org",)},
             {"recipients": ("x\udfff@example.org",)},
-            {"recipients": ("not-an-address",)},
+            {"recipients": ("not an address",)},
+            {"recipients": ("<x@example.org>",)},
             {"recipients": ()},
             {"queue": "bulk\x00"},
             {"queue": ""},
