@@ -246,9 +246,7 @@ def envelope_address(text: str, what: str = "the address") -> str:
         mailboxes = [address for group in header.groups for address in group.addresses]
     except Exception as exc:  # the header parser raises IndexError, ValueError, ... for some junk
         raise QueueError("INVALID", f"{what} is not a valid address: {type(exc).__name__}: {exc}") from exc
-    defects = [
-        str(d) for d in header.defects if not isinstance(d, NonASCIILocalPartDefect) and str(d) != _NO_DOMAIN
-    ]
+    defects = [str(d) for d in header.defects if not isinstance(d, NonASCIILocalPartDefect) and str(d) != _NO_DOMAIN]
     if defects or len(mailboxes) != 1:
         reason = "; ".join(defects) if defects else "it must be a single address"
         raise QueueError("INVALID", f"{what} is not a valid address: {reason}")
