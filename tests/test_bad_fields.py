@@ -72,8 +72,9 @@ def test_a_group_separator_in_an_idn_address_is_refused(store: MemoryStore) -> N
 
 
 def test_an_empty_angle_address_is_invalid_not_a_type_error(store: MemoryStore) -> None:
+    # Django 5.2's sanitize_address raised TypeError here; the envelope's own parse reports the defect
     error = refused(store, lambda: send_mail("Hello", "Body.\n", SENDER, ["<>"]), "recipient '<>'")
-    assert isinstance(error.__cause__, TypeError)
+    assert "is not a valid address: null addr-spec" in error.message
 
 
 def test_a_form_feed_before_bcc_in_a_display_name_is_invalid_not_a_header_parse_error(store: MemoryStore) -> None:
@@ -87,8 +88,9 @@ def test_a_form_feed_before_bcc_in_the_subject_is_invalid_not_a_header_parse_err
 
 def test_an_escape_in_a_recipient_is_invalid_not_an_attribute_error(store: MemoryStore) -> None:
     recipient = ".\x1b.Ann <o'hara@fuzz.test>"
+    # Django 5.2's sanitize_address raised AttributeError here; the control character is refused first
     error = refused(store, lambda: send_mail("Hello", "Body.\n", SENDER, [recipient]), f"recipient {recipient!r}")
-    assert isinstance(error.__cause__, AttributeError)
+    assert "holds a control character (U+001B)" in error.message
 
 
 def test_cr_lf_in_an_attachment_mime_type_is_invalid_not_a_header_parse_error(store: MemoryStore) -> None:
