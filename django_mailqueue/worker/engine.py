@@ -536,6 +536,7 @@ class Worker:
                     # tried again once its lease has expired — its DSN with it. (Bounded: an
                     # item reclaimed too often is failed, and recorded whatever its DSN does.)
                     await self._drop_dsns(queued)
+                    await self._lease_ran_out(attempt)
                     return
                 if answer == "queued":
                     queued.append(entry)
@@ -652,7 +653,27 @@ class Worker:
                     self.stats.leases_lost += 1
                 if not retry.told or exc.code != "STORE_UNAVAILABLE":
                     await self._error(exc, item.id)
+                if exc.code == "STORE_UNAVAILABLE":
+                    await self._lease_ran_out(attempt)
                 return False
+
+    async def _lease_ran_out(self, attempt: _Attempt) -> None:
+        """The store stayed out of reach until the attempt's lease ran out (or was about to): nothing
+        is recorded and another attempt delivers the item again — LEASE_LOST, as for a stalled worker."""
+        if attempt.lost:
+            return  # lost earlier, and told then
+        attempt.lost = True
+        self.stats.leases_lost += 1
+        item_id = attempt.item.id
+        await self._error(
+            QueueError(
+                "LEASE_LOST",
+                f"lost the lease on {item_id}: the store was out of reach until the lease ran out; nothing was "
+                "recorded, and the item will be delivered again",
+                item_id=item_id,
+            ),
+            item_id,
+        )
 
     async def _pause_to_retry(self, attempt: _Attempt, exc: QueueError, retry: _Retry) -> bool:
         """After a failed store write: when the store is out of reach and the lease will still hold

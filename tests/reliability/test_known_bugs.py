@@ -8,6 +8,7 @@ fix cannot go unnoticed).
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from datetime import datetime, timedelta
 from typing import Any
@@ -316,3 +317,63 @@ async def test_a_crash_after_the_record_keeps_the_history() -> None:
     await run_until(worker, lambda: store.get(item.id) is None, timeout=8)
 
     assert store.history_when_recorded[0] == 2, "when the outcome was recorded, its history was not written yet"
+
+
+class DownFromTheRecord(MemoryStore):
+    """A memory store that goes out of reach (STORE_UNAVAILABLE on every write and read) from the first
+    outcome — or the first DSN — it is asked to record, for `outage` seconds: a database restarting."""
+
+    def __init__(self, at: str, outage: float) -> None:
+        super().__init__()
+        self.at = at
+        self.outage = outage
+        self.down_until: float | None = None
+
+    def _check(self, starting: bool) -> None:
+        now = time.monotonic()
+        if starting and self.down_until is None:
+            self.down_until = now + self.outage
+        if self.down_until is not None and now < self.down_until:
+            raise QueueError("STORE_UNAVAILABLE", "the store is restarting (injected)")
+
+    def complete_many(self, requests: Any) -> list[QueueItem | None | QueueError]:
+        self._check(self.at == "outcome")
+        return super().complete_many(requests)
+
+    def add_many(self, items: Any, *, now: datetime) -> list[QueueItem]:
+        self._check(self.at == "dsn" and any(new.sender == "" for new in items))
+        return super().add_many(items, now=now)
+
+    def renew(self, ids: Any, *, owner: str, lease_expires: datetime) -> list[uuid.UUID]:
+        self._check(False)
+        return super().renew(ids, owner=owner, lease_expires=lease_expires)
+
+    def claim(self, **kwargs: Any) -> list[QueueItem]:
+        self._check(False)
+        return super().claim(**kwargs)
+
+
+@pytest.mark.parametrize("at", ["outcome", "dsn"])
+async def test_an_outage_past_the_lease_is_told_as_lease_lost(at: str) -> None:
+    """Issue 18, point 13: an outcome that could not be recorded before the lease ran out (the item is then
+    delivered again) was told only as STORE_UNAVAILABLE, and the worker's summary said 0 leases lost."""
+    from django_mailqueue import signals
+
+    store = DownFromTheRecord(at, outage=5.0)
+    told: list[tuple[str, Any]] = []
+
+    def receive(sender: Any, error: Any = None, item_id: Any = None, **kwargs: Any) -> None:
+        told.append((error.code, item_id))
+
+    signals.error.connect(receive, weak=False, dispatch_uid="kb-outage-lease")
+    try:
+        deliverer = ScriptedDeliverer(script={"b@dest.test": [REJECTED]})
+        item = store.add(NewItem("a@origin.test", ("b@dest.test",), MESSAGE), now=SystemClock().now())
+        worker = Worker(store=store, settings=settings(lease=2.0), deliverer=deliverer)
+        await run_until(worker, lambda: ("LEASE_LOST", item.id) in told, timeout=15)
+    finally:
+        signals.error.disconnect(dispatch_uid="kb-outage-lease")
+    assert store.down_until is not None, "the outage never began"
+    assert {("STORE_UNAVAILABLE", item.id), ("DSN_FAILED", item.id)} & set(told), told  # the outage, told
+    assert told.count(("LEASE_LOST", item.id)) == 1, told
+    assert worker.stats.leases_lost == 1, (worker.stats, told)
