@@ -106,10 +106,11 @@ class OrmStore(QueueStore):
         """A transaction for a write: the caller's (with a savepoint) when `join` and
         one is open, else the store's own, at READ COMMITTED on PostgreSQL.
 
-        `durable=False` (claims and renewals, on PostgreSQL): the commit does not wait
-        for the WAL flush. A server crash may then forget the last fraction of a second
-        of leases — the item looks unleased, its worker's renewal or outcome is refused
-        (LEASE_LOST), as for a lease that expired — but never an add or an outcome.
+        `durable=False` (renewals, on PostgreSQL): the commit does not wait for the WAL
+        flush. A server crash may then forget the last fraction of a second of renewals —
+        the lease ends at its earlier expiry — but never an add, a claim or an outcome. (A
+        forgotten claim would put the item's revision back: its worker, claiming it again,
+        would get the same revision, and both attempts' outcomes would be recorded.)
         """
         conn = self._connection
         try:
@@ -321,7 +322,7 @@ class OrmStore(QueueStore):
             return []
         now_us, expires_us = to_micros(now), to_micros(lease_expires)
         lanes: Sequence[str | None] = list(queues) if queues else [None]
-        with self._write(durable=False) as conn:
+        with self._write() as conn:
             rows = self._rows(conn)
             taken: builtins.list[ItemRow] = []
             for lane in lanes:

@@ -6,11 +6,13 @@ import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.db import connections
 
 from django_mailqueue.exceptions import QueueError
+from django_mailqueue.items import NewItem
 from django_mailqueue.stores.orm import OrmStore
 from django_mailqueue.testing.contract import T0, at, new_item
 from tests.support.databases import WITH_SERIALIZABLE
@@ -138,3 +140,25 @@ def test_every_write_runs_at_read_committed_and_only_leases_skip_the_flush(
             assert cursor.fetchone()[0] == "read committed"
             cursor.execute("SHOW synchronous_commit")
             assert cursor.fetchone()[0] == ("on" if durable else "off")
+
+
+def test_a_claim_waits_for_the_wal_flush(pg_alias: str) -> None:
+    """A claim a server crash forgot put the item's revision back: its worker claimed it again at the
+    same revision, and the first attempt's outcome was recorded under the second lease — the message
+    went out twice with no LEASE_LOST (the fault run on PostgreSQL, once: "duplicates outside every
+    window"). Claims commit with the WAL flushed; only renewals skip it."""
+    store = OrmStore({"database": pg_alias})
+    store.add(NewItem("a@o.test", ("b@d.test",), b"Subject: x\r\n\r\nx\r\n"), now=T0)
+    statements: list[str] = []
+
+    def capture(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        statements.append(sql)
+        return execute(sql, params, many, context)
+
+    with connections[pg_alias].execute_wrapper(capture):
+        (claimed,) = store.claim(owner="w1", now=T0, lease_expires=T0 + timedelta(seconds=60))
+    assert statements and not any("synchronous_commit" in sql for sql in statements), statements
+    statements.clear()
+    with connections[pg_alias].execute_wrapper(capture):
+        assert store.renew([claimed.id], owner="w1", lease_expires=T0 + timedelta(seconds=90)) == [claimed.id]
+    assert any("synchronous_commit TO OFF" in sql for sql in statements), statements
