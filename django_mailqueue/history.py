@@ -17,6 +17,7 @@ from .binding import binary_cursor
 from .dbthreads import DatabaseThreads, drop_if_broken
 from .items import QueueItem, RecipientOutcome, RecipientState, address_domain
 from .models import DeliveryRecord
+from .stores.sqlite_wait import wait_for_lock
 
 logger = logging.getLogger("django_mailqueue")
 
@@ -73,6 +74,12 @@ class History:
             with binary_cursor(conn) as cursor:
                 cursor.execute(_POSTGRES_INSERT, [list(column) for column in zip(*rows, strict=True)])
             return
+        if conn.vendor == "sqlite" and not conn.in_atomic_block:
+            wait_for_lock(conn, lambda: self._insert(conn, rows))
+        else:
+            self._insert(conn, rows)
+
+    def _insert(self, conn: BaseDatabaseWrapper, rows: list[tuple[Any, ...]]) -> None:
         size = max(1, conn.ops.bulk_batch_size(_FIELDS, rows))
         with transaction.atomic(using=self.alias, savepoint=False), conn.cursor() as cursor:
             for start in range(0, len(rows), size):

@@ -98,7 +98,7 @@ def test_troubleshooting_explains_every_error_code_and_check_id() -> None:
     rows = markdown_table(text, ["id", "key", "what is wrong"])
     documented = {unquote_code(row[0]) for row in rows}
     expected = {k.check_id for k in KEYS} | {"mailqueue.E001", "mailqueue.E003", "mailqueue.W001", "mailqueue.W002",
-                                             "mailqueue.W003", "mailqueue.I001"}
+                                             "mailqueue.W003", "mailqueue.I001", "mailqueue.I010"}
     # every id the package can report, found in its source
     package = Path(__file__).resolve().parents[1] / "django_mailqueue"
     in_source = {match for path in package.rglob("*.py")

@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import functools
 import logging
 import uuid
 import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from django.db import DatabaseError, connections, models, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -31,22 +32,37 @@ from ..items import (
     Recipient,
     RecipientState,
     address_domain,
-    apply_completion,
 )
 from ..models import QueuedItem, QueuedMessage, QueuedRecipient, QueueLock
 from ..status import QueueSummary
 from .base import READ_CHUNK, QueueStore, check_completion, check_new_item, check_owner
-from .orm_rows import ITEM_FIELDS, ItemRow, OrmRows, SqlRows, due, recipient_written, to_item
+from .orm_rows import ITEM_FIELDS, CompletionPlan, ItemRow, OrmRows, SqlRows, due, plan_completions, to_item
+from .sqlite_wait import wait_for_lock
 
 if TYPE_CHECKING:
     from .pg_listen import PgListener
 
 logger = logging.getLogger("django_mailqueue.stores.orm")
 _T = TypeVar("_T")
+_P = ParamSpec("_P")
 
 #: The PostgreSQL channel an add notifies, so idle workers wake at once.
 NOTIFY_CHANNEL = "django_mailqueue"
 _ADD_LOCK = "add"
+
+
+def _waits_for_lock(method: Callable[Concatenate[OrmStore, _P], _T]) -> Callable[Concatenate[OrmStore, _P], _T]:
+    """On SQLite, outside the caller's transaction: `method`'s own transaction waits for the write lock,
+    up to the store's `lock_wait` in all, rather than failing after the connection's busy timeout."""
+
+    @functools.wraps(method)
+    def waiting(store: OrmStore, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        conn = store._connection
+        if conn.vendor != "sqlite" or conn.in_atomic_block:
+            return method(store, *args, **kwargs)
+        return wait_for_lock(conn, lambda: method(store, *args, **kwargs), wait=store.lock_wait)
+
+    return waiting
 
 
 class OrmStore(QueueStore):
@@ -73,15 +89,20 @@ class OrmStore(QueueStore):
         #: adds made through this store object (any thread), for the SQLite wake-up
         self._adds = 0
         self._threads = DatabaseThreads(int(self.options.get("threads", 4)), "mailqueue-orm")
+        #: SQLite: how long a write the store runs in a transaction of its own waits for the write lock, in all
+        self.lock_wait = float(self.options.get("lock_wait", 30))
 
     @classmethod
     def check_options(cls, options: Mapping[str, Any]) -> builtins.list[str]:
-        unknown = set(options) - {"database", "threads"}
+        unknown = set(options) - {"database", "threads", "lock_wait"}
         if unknown:
-            return [f"OrmStore takes 'database' and 'threads', not {sorted(unknown)}"]
+            return [f"OrmStore takes 'database', 'threads' and 'lock_wait', not {sorted(unknown)}"]
         threads = options.get("threads", 4)
         if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= 64:
             return ["'threads' must be a whole number from 1 to 64"]
+        lock_wait = options.get("lock_wait", 30)
+        if isinstance(lock_wait, bool) or not isinstance(lock_wait, int | float) or not 0 <= lock_wait <= 3600:
+            return ["'lock_wait' must be a number of seconds from 0 to 3600"]
         alias = options.get("database", "default")
         if not isinstance(alias, str):
             return ["'database' must be an alias of DATABASES"]
@@ -154,6 +175,10 @@ class OrmStore(QueueStore):
         conn = self._connection
         if conn.vendor == "postgresql" and self.max_items is None:
             return self._add_postgres(conn, items, now, now_us)
+        return self._add(items, now, now_us)
+
+    @_waits_for_lock
+    def _add(self, items: Sequence[NewItem], now: datetime, now_us: int) -> builtins.list[QueueItem]:
         with self._write(join=True) as conn:
             if self.max_items is not None:
                 self._check_room(conn, len(items))
@@ -314,6 +339,7 @@ class OrmStore(QueueStore):
         if held + adding > self.max_items:
             raise QueueError("FULL", f"the queue holds {held} items; MAX_ITEMS is {self.max_items}")
 
+    @_waits_for_lock
     def claim(
         self, *, owner: str, now: datetime, lease_expires: datetime, queues: Sequence[str] | None = None, limit: int = 1
     ) -> builtins.list[QueueItem]:
@@ -343,6 +369,7 @@ class OrmStore(QueueStore):
             return SqlRows(self.alias, conn)
         return OrmRows(self.alias)
 
+    @_waits_for_lock
     def renew(self, ids: Sequence[uuid.UUID], *, owner: str, lease_expires: datetime) -> builtins.list[uuid.UUID]:
         check_owner(owner)
         if not ids:
@@ -359,49 +386,40 @@ class OrmStore(QueueStore):
             raise answer
         return answer
 
+    @_waits_for_lock
     def complete_many(self, requests: Sequence[CompleteRequest]) -> builtins.list[QueueItem | None | QueueError]:
         """Every request in one transaction: the rows locked, read, and written back in a
-        handful of statements whatever the number of items."""
-        answers: builtins.list[QueueItem | None | QueueError] = []
+        handful of statements whatever the number of items.
+
+        On SQLite, whose one write lock every writer waits for, the rows are read and the
+        outcomes decided before the transaction; in it, the rows are locked and, when
+        none changed meanwhile (owner, revision), only written.
+        """
         for request in requests:
             check_owner(request.owner)
             check_completion(request.completion)
         if not requests:
-            return answers
+            return []
+        ids = [r.item_id for r in requests]
+        early: tuple[builtins.list[ItemRow], CompletionPlan] | None = None
+        if self._connection.vendor == "sqlite" and not self._connection.in_atomic_block:
+            with self._read():
+                rows = self._rows(self._connection)
+                read = rows.read(ids)
+                early = read, plan_completions(requests, read, rows.recipients([row[0] for row in read]))
         with self._write() as conn:
             rows = self._rows(conn)
-            locked = {row[1]: row for row in rows.lock([r.item_id for r in requests])}
-            recipients = rows.recipients([row[0] for row in locked.values()])
-            revision = {item_id: row[10] for item_id, row in locked.items()}
-            dropped: builtins.list[int] = []
-            changed: builtins.list[tuple[Any, ...]] = []
-            kept: dict[int, tuple[Any, ...]] = {}
-            for request in requests:
-                row = locked.get(request.item_id)
-                if row is None:
-                    answers.append(None)
-                    continue
-                seq, owner = row[0], row[8]
-                if owner != request.owner or revision[request.item_id] != request.revision:
-                    answers.append(QueueError("LEASE_LOST", f"the lease on {request.item_id} is no longer held by "
-                                              f"{request.owner}", item_id=request.item_id))
-                    continue
-                before = to_item(row, recipients[seq])
-                after = apply_completion(before, request.completion)
-                answers.append(after)
-                revision[request.item_id] = after.revision  # a second request for the same item is stale
-                if after.done:
-                    dropped.append(seq)
-                    continue
-                for rec_row, old, new in zip(recipients[seq], before.recipients, after.recipients, strict=True):
-                    if new != old:
-                        changed.append(recipient_written(new, rec_row[1]))
-                kept[seq] = (after.attempts, to_micros(after.next_attempt), after.revision, after.delay_warned, seq)
-            if dropped:
-                rows.drop(dropped)
-            rows.write_back(list(kept.values()), changed)
-        return answers
+            locked = rows.lock(ids)
+            if early is not None and _lease_fields(early[0]) == _lease_fields(locked):
+                plan = early[1]
+            else:
+                plan = plan_completions(requests, locked, rows.recipients([row[0] for row in locked]))
+            if plan.dropped:
+                rows.drop(plan.dropped)
+            rows.write_back(list(plan.kept.values()), plan.changed)
+        return plan.answers
 
+    @_waits_for_lock
     def reschedule(self, item_id: uuid.UUID, *, at: datetime, owner: str | None = None) -> bool:
         if owner is not None:
             check_owner(owner)
@@ -413,6 +431,7 @@ class OrmStore(QueueStore):
                 moved = target.update(next_attempt=to_micros(at))
             return moved > 0
 
+    @_waits_for_lock
     def cancel(self, item_id: uuid.UUID) -> QueueItem | None:
         with self._write() as conn:
             rows = self._rows(conn)
@@ -691,6 +710,11 @@ def _read_committed_already(conn: BaseDatabaseWrapper) -> bool:
             known = row is not None and row[0] == "read committed"
         _READ_COMMITTED_CONNECTIONS[raw] = known
     return known and raw.isolation_level in (None, psycopg.IsolationLevel.READ_COMMITTED)
+
+
+def _lease_fields(rows: Sequence[ItemRow]) -> set[tuple[Any, ...]]:
+    """(seq, owner, revision) of each row: every write to an item's recipients or counters moves its revision."""
+    return {(row[0], row[8], row[10]) for row in rows}
 
 
 def _nested(conn: BaseDatabaseWrapper) -> bool:

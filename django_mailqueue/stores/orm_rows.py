@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import models
@@ -14,8 +15,9 @@ from django.db.backends.utils import CursorWrapper
 from django.db.models import F, Q
 
 from ..binding import binary_cursor, in_binary
-from ..clock import from_micros
-from ..items import QueueItem, Recipient, RecipientState, Reply
+from ..clock import from_micros, to_micros
+from ..exceptions import QueueError
+from ..items import CompleteRequest, QueueItem, Recipient, RecipientState, Reply, apply_completion
 from ..models import QueuedItem, QueuedMessage, QueuedRecipient
 
 #: An item's row, its columns in this order.
@@ -66,6 +68,11 @@ class OrmRows:
             reclaims=models.Case(models.When(owner__isnull=False, then=F("reclaims") + 1), default=F("reclaims")),
         )
         return list(items.filter(seq__in=taken).values_list(*ITEM_FIELDS))
+
+    def read(self, item_ids: Sequence[uuid.UUID]) -> list[ItemRow]:
+        """The items' rows, without a lock."""
+        return list(QueuedItem.objects.using(self.alias).filter(id__in=list(item_ids)).order_by("seq")
+                    .values_list(*ITEM_FIELDS))
 
     def lock(self, item_ids: Sequence[uuid.UUID]) -> list[ItemRow]:
         """Lock the items' rows for the rest of the transaction, and read them."""
@@ -135,6 +142,18 @@ class SqlRows(OrmRows):
         with self._cursor() as cursor:
             cursor.execute(self._sql(sql), [owner, expires_us, now_us, now_us, *lane_params, limit])
             return [self._item_row(row) for row in cursor.fetchall()]
+
+    def read(self, item_ids: Sequence[uuid.UUID]) -> list[ItemRow]:
+        rows: list[ItemRow] = []
+        with self._cursor() as cursor:
+            if self.postgres:
+                cursor.execute(f"SELECT {_ITEM_COLUMNS} FROM {_ITEMS} WHERE id = ANY(%b) ORDER BY seq",  # noqa: S608
+                               [list(item_ids)])
+                return list(cursor.fetchall())
+            for chunk in _chunks([i.hex for i in item_ids]):
+                cursor.execute(f"SELECT {_ITEM_COLUMNS} FROM {_ITEMS} WHERE id IN ({_marks(chunk)})", chunk)  # noqa: S608
+                rows.extend(self._item_row(row) for row in cursor.fetchall())
+        return rows
 
     def lock(self, item_ids: Sequence[uuid.UUID]) -> list[ItemRow]:
         rows: list[ItemRow] = []
@@ -227,6 +246,50 @@ def to_item(row: ItemRow, recipients: Sequence[RecipientRow]) -> QueueItem:
         message_id=message_id,
         subject=subject,
     )
+
+
+@dataclass
+class CompletionPlan:
+    """What `complete_many` answers and writes, decided from the items' rows as they were read."""
+
+    answers: list[QueueItem | None | QueueError] = field(default_factory=list)
+    #: items to drop (every recipient final), by `seq`
+    dropped: list[int] = field(default_factory=list)
+    #: RECIPIENT_WRITTEN then `id`, of each recipient whose row changes
+    changed: list[tuple[Any, ...]] = field(default_factory=list)
+    #: ITEM_WRITTEN then `seq`, of each item kept
+    kept: dict[int, tuple[Any, ...]] = field(default_factory=dict)
+
+
+def plan_completions(requests: Sequence[CompleteRequest], rows: Sequence[ItemRow],
+                     recipients: dict[int, list[RecipientRow]]) -> CompletionPlan:
+    """The outcome of each request, applied only for the lease's owner at the revision it claimed: the
+    item after it, None for an item gone, LEASE_LOST otherwise. A pure function of the rows read."""
+    plan = CompletionPlan()
+    by_id = {row[1]: row for row in rows}
+    revision = {item_id: row[10] for item_id, row in by_id.items()}
+    for request in requests:
+        row = by_id.get(request.item_id)
+        if row is None:
+            plan.answers.append(None)
+            continue
+        seq, owner = row[0], row[8]
+        if owner != request.owner or revision[request.item_id] != request.revision:
+            plan.answers.append(QueueError("LEASE_LOST", f"the lease on {request.item_id} is no longer held by "
+                                           f"{request.owner}", item_id=request.item_id))
+            continue
+        before = to_item(row, recipients[seq])
+        after = apply_completion(before, request.completion)
+        plan.answers.append(after)
+        revision[request.item_id] = after.revision  # a second request for the same item is stale
+        if after.done:
+            plan.dropped.append(seq)
+            continue
+        for rec_row, old, new in zip(recipients[seq], before.recipients, after.recipients, strict=True):
+            if new != old:
+                plan.changed.append(recipient_written(new, rec_row[1]))
+        plan.kept[seq] = (after.attempts, to_micros(after.next_attempt), after.revision, after.delay_warned, seq)
+    return plan
 
 
 def recipient_written(recipient: Recipient, row_id: int) -> tuple[Any, ...]:

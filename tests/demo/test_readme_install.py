@@ -90,8 +90,10 @@ def test_readme_install_steps_deliver_a_message(tmp_path: Path) -> None:
             + f'EMAIL_HOST, EMAIL_PORT, EMAIL_USE_TLS = "127.0.0.1", {server.port}, False\n'
         )
         check = run_manage(project, ["check"])
-        # only the information of where mail goes
-        assert "identified 1 issue" in check and "(mailqueue.I001)" in check, check
+        # only information: where mail goes, and the queue's advice for the new project's SQLite database
+        reported = set(re.findall(r"\(([\w.]+\.[A-Z]\d+)\)", check))
+        assert reported == {"mailqueue.I001", "mailqueue.I010"}, check
+        assert "identified 2 issues" in check and "ERRORS" not in check and "WARNINGS" not in check, check
         assert f"the relay 127.0.0.1:{server.port} (no TLS)" in check
 
         for command in shell_lines(steps["migrate"]):
