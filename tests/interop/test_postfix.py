@@ -14,14 +14,16 @@ import re
 from unittest import mock
 
 import pytest
+from django.core.checks import run_checks
 from django.core.mail import EmailMessage, EmailMultiAlternatives, send_mail
 from django.core.mail.backends.smtp import EmailBackend as DjangoSmtpBackend
 from django.core.mail.utils import DNS_NAME
+from django.test import override_settings
 
 from django_mailqueue.clock import SystemClock
 from django_mailqueue.items import NewItem
 from django_mailqueue.stores import get_store
-from tests.interop.conftest import SENDER, WORKER_HOSTNAME, Interop, SignalRecorder, work_once
+from tests.interop.conftest import IDN_DOMAIN, SENDER, WORKER_HOSTNAME, Interop, SignalRecorder, work_once
 from tests.interop.postfix import disconnect_counts, strip_added_headers
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -98,6 +100,43 @@ def test_a_utf8_recipient_added_through_the_store_goes_out_with_smtputf8(
     assert b"Delivered-To: j\xc3\xb6s\xc3\xa9@example.test" in header_block(delivered)
     assert strip_added_headers(delivered) == message.replace(b"\r\n", b"\n")
     assert received.names() == ["delivered"]
+
+
+def test_utf8_and_idn_recipients_from_send_mail_arrive(interop: Interop, received: SignalRecorder) -> None:
+    # Issue 18, point 1: the envelope carries the UTF-8 addr-spec (A-label domain), not the header's encoded word.
+    mx = interop.server
+    sent = send_mail("IDN", "Hallo.\n", SENDER, ["jösé@example.test", "user@bücher.test"])
+    assert sent == 1
+    work_once()
+    assert [(event["recipient"], event["reply"]) for event in received.of("failed")] == []
+    mx.wait_for_mail({"jösé@example.test": 1, f"user@{IDN_DOMAIN}": 1})
+    (to_jose,) = mx.mailbox("jösé@example.test")
+    assert b" with UTF8SMTPS id " in header_block(to_jose)
+    (to_idn,) = mx.mailbox(f"user@{IDN_DOMAIN}")
+    assert f"Delivered-To: user@{IDN_DOMAIN}".encode() in header_block(to_idn)
+    assert len(received.of("delivered")) == 2
+
+
+# Postfix's reject_non_fqdn_helo_hostname refuses a name with no dot; the check may warn about more.
+EHLO_NAMES = ["localhost", "mailhost", "localhost.localdomain", "mq.test.example", "[127.0.0.1]"]
+
+
+@pytest.mark.parametrize("name", EHLO_NAMES)
+def test_the_check_warns_about_every_ehlo_name_postfix_refuses(
+    interop: Interop, received: SignalRecorder, name: str
+) -> None:
+    with override_settings(MAILQUEUE=interop.mailqueue(HOSTNAME=name, DSN=False)):
+        warned = "mailqueue.W003" in {message.id for message in run_checks()}
+        assert send_mail("EHLO", "Body.\n", SENDER, ["user@example.test"]) == 1
+        work_once()
+    refused = [event["reply"] for event in received.of("failed")]
+    if refused:
+        assert [(reply.code, reply.status) for reply in refused] == [(504, "5.5.2")], refused
+        assert "need fully-qualified hostname" in refused[0].text
+        assert warned, f"Postfix refused the EHLO name {name!r} and manage.py check did not warn"
+    else:
+        assert len(received.of("delivered")) == 1
+        assert warned == (name in ("localhost.localdomain",)), f"check warned {warned} about {name!r}"
 
 
 def test_an_unknown_user_fails_with_a_dsn_that_postfix_delivers(interop: Interop, received: SignalRecorder) -> None:
