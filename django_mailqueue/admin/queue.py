@@ -29,6 +29,7 @@ from ..exceptions import QueueError
 from ..items import ItemQuery, ItemState, QueueItem, RecipientState
 from ..models import QueuedItem
 from ..preview import PREVIEW_CSP, MessagePreview, preview_message
+from ..selection import domain_filter
 from ..stores import get_store
 from .actions import (
     ACTIONS_BY_NAME,
@@ -448,7 +449,7 @@ class _ListParams:
         return cls(
             state=state if state in {s.value for s in ItemState} else "",
             queue=get.get(QUEUE_PARAM, "").strip()[:100],
-            domain=_domain_param(get.get(DOMAIN_PARAM, "")),
+            domain=domain_filter(get.get(DOMAIN_PARAM, "")),
             q=get.get(SEARCH_PARAM, "").strip()[:320],
             page=page,
         )
@@ -489,16 +490,6 @@ def _span(delta: timedelta) -> str:
 
 def _list_url(model_admin: QueueAdmin, **filters: str) -> str:
     return model_admin._url("changelist") + "?" + urlencode(filters)
-
-
-def _domain_param(value: str) -> str:
-    domain = value.strip().lower().lstrip("@")
-    if "@" in domain:
-        domain = domain.rpartition("@")[2]
-    try:
-        return domain.encode("idna").decode("ascii")[:255] if domain else ""
-    except UnicodeError:
-        return domain[:255]
 
 
 def _item_ids(values: list[str]) -> list[uuid.UUID]:

@@ -6,7 +6,7 @@ import abc
 import asyncio
 import builtins
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -185,6 +185,21 @@ class QueueStore(abc.ABC):
     @abc.abstractmethod
     def count(self, query: ItemQuery | None = None) -> int:
         """How many items pass `query` (all items when None)."""
+
+    def iter_items(self, query: ItemQuery | None = None, *, batch: int = 500) -> Iterator[QueueItem]:
+        """Every item passing `query`, in `list` order, read `batch` at a time: for walking a whole queue.
+
+        Holds one batch in memory. Not a snapshot: an item that moves or leaves
+        while the walk runs may be given twice or not at all. The default pages
+        through `list`; a store overrides it where a walk can resume cheaper
+        than an offset (the ORM store: from the last key; Redis: one pass).
+        """
+        offset = 0
+        while page := self.list(query, offset=offset, limit=batch):
+            yield from page
+            if len(page) < batch:
+                return
+            offset += len(page)
 
     def summary(self, *, now: datetime) -> QueueSummary:
         """Counts by state and queue, deferred recipients by domain, the oldest due item.

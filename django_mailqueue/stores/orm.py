@@ -541,6 +541,20 @@ class OrmStore(QueueStore):
         with self._read():
             return self._query(query).count()
 
+    def iter_items(self, query: ItemQuery | None = None, *, batch: int = 500) -> Iterator[QueueItem]:
+        """Resumes after the last (next_attempt, seq) read, on the index `list` orders by: no OFFSET to skip."""
+        rows = self._query(query).order_by("next_attempt", "seq")
+        after: Q | None = None
+        while True:
+            with self._read():
+                page = self._load((rows if after is None else rows.filter(after))[:batch])
+            yield from (item for _, item in page)
+            if len(page) < batch:
+                return
+            seq, last = page[-1]
+            next_us = to_micros(last.next_attempt)
+            after = Q(next_attempt__gt=next_us) | Q(next_attempt=next_us, seq__gt=seq)
+
     def summary(self, *, now: datetime) -> QueueSummary:
         """Aggregate queries: one per part of the summary, whatever the queue's size."""
         now_us = to_micros(now)

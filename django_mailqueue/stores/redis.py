@@ -651,24 +651,32 @@ class RedisStore(QueueStore):
         if query is None:
             return self._page(offset, limit)[1]
         found: builtins.list[QueueItem] = []
-        for page in self._pages():
-            found.extend(item for item in page if matches(item, query))
-            if len(found) >= offset + limit:
+        for item in self.iter_items(query):  # the items before `offset` are counted, not kept
+            if offset:
+                offset -= 1
+                continue
+            found.append(item)
+            if len(found) == limit:
                 break
-        return found[offset : offset + limit]
+        return found
 
     def count(self, query: ItemQuery | None = None) -> int:
         if query is None:
             return int(self._do(lambda client: client.execute_command("ZCARD", self.keys.items)))
         return sum(1 for page in self._pages() for item in page if matches(item, query))
 
-    def _pages(self) -> Iterator[builtins.list[QueueItem]]:
-        """Every item, `SCAN_PAGE` at a time, in list order: for the filters, which Redis cannot index."""
+    def iter_items(self, query: ItemQuery | None = None, *, batch: int = 500) -> Iterator[QueueItem]:
+        """One pass over the list order, filtered here: `list` with a query scans from the first rank each call."""
+        for page in self._pages(batch):
+            yield from (item for item in page if query is None or matches(item, query))
+
+    def _pages(self, size: int = SCAN_PAGE) -> Iterator[builtins.list[QueueItem]]:
+        """Every item, `size` at a time, in list order: for the filters, which Redis cannot index."""
         first = 0
         while True:
-            total, page = self._page(first, SCAN_PAGE)
+            total, page = self._page(first, size)
             yield page
-            first += SCAN_PAGE
+            first += size
             if first >= total:
                 return
 

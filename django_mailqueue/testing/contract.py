@@ -621,6 +621,19 @@ class QueueStoreContract:
         assert ids(ItemQuery(domain="alpha.example", queue="default")) == {due.id}
         assert store.count() == 4
 
+    def test_iter_items_walks_the_list_order_a_batch_at_a_time(self, store: QueueStore) -> None:
+        later = [store.add(new_item(["x@far.example"], not_before=at(100 + i)), now=T0).id for i in range(3)]
+        tied = [store.add(new_item([f"r{i}@{'odd' if i % 2 else 'even'}.example"]), now=T0).id for i in range(7)]
+        everything = [*tied, *later]
+        assert [i.id for i in store.list(limit=100)] == everything
+        for batch in (1, 2, 3, 10, 500):  # a batch boundary inside the items that share a next attempt, and none
+            assert [i.id for i in store.iter_items(batch=batch)] == everything
+            odd = [i.id for i in store.iter_items(ItemQuery(domain="odd.example"), batch=batch)]
+            assert odd == tied[1::2]
+        odd_query = ItemQuery(domain="odd.example")
+        assert [i.id for i in store.list(odd_query, offset=1, limit=2)] == tied[3:6:2]
+        assert list(store.iter_items(ItemQuery(queue="none-such"), batch=2)) == []
+
     # --- the store keeps no clock ----------------------------------------------------------
 
     def test_times_are_the_callers(self, store: QueueStore) -> None:

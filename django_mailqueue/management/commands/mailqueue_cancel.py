@@ -1,40 +1,39 @@
-"""`manage.py mailqueue_cancel ID [ID ...]`: drop items and their messages from the queue, leased or not."""
+"""`manage.py mailqueue_cancel [ID ...] [filters] [--all] [--dry-run] [--json]`: drop items and their messages."""
 
 from __future__ import annotations
 
 import argparse
-import uuid
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from ...clock import SystemClock
 from ...exceptions import QueueError
+from ...selection import Action, run_action
 from ...stores import get_store
-
-
-def _item_id(value: str) -> uuid.UUID:
-    try:
-        return uuid.UUID(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not an item id (a UUID)") from None
+from ..filters import action_selection, add_action_arguments, item_printer, print_report
 
 
 class Command(BaseCommand):
-    help = "Cancel queued items by id: each is dropped with its message, and never delivered again."
+    help = (
+        "Cancel queued items — by id, or every item passing the filters — each dropped with its message, "
+        "leased or not, and never delivered again."
+    )
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("ids", nargs="+", type=_item_id, help="item ids, as the admin and mailqueue_status show")
+        add_action_arguments(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        store = get_store()
-        missing = []
+        selection = action_selection(options, "cancel")
         try:
-            for item_id in options["ids"]:
-                if store.cancel(item_id) is None:
-                    missing.append(str(item_id))
-                else:
-                    self.stdout.write(f"mailqueue: cancelled {item_id}")
+            report = run_action(
+                get_store(),
+                Action.CANCEL,
+                selection,
+                now=SystemClock().now(),
+                dry_run=options["dry_run"],
+                on_item=item_printer(self.stdout, options),
+            )
         except QueueError as exc:
             raise CommandError(str(exc)) from None
-        if missing:
-            raise CommandError(f"no such item: {', '.join(missing)}")
+        print_report(self.stdout, report, options)

@@ -9,8 +9,10 @@ from django.core.management.base import BaseCommand, CommandError
 
 from ...clock import SystemClock
 from ...exceptions import QueueError
-from ...items import ItemQuery, ItemState
+from ...items import ItemState
+from ...selection import Action, Outcome, Selection, run_action
 from ...stores import get_store
+from ..filters import domain
 
 
 class Command(BaseCommand):
@@ -18,22 +20,14 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--queue", default=None, help="only this queue")
-        parser.add_argument("--domain", default=None, help="only items with a recipient at this domain")
+        parser.add_argument("--domain", type=domain, default=None, help="only items with a recipient at this domain")
         parser.add_argument("--scheduled", action="store_true", help="also items never tried whose time is later")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        store, now = get_store(), SystemClock().now()
-        states = [ItemState.DEFERRED] + ([ItemState.SCHEDULED] if options["scheduled"] else [])
-        moved = 0
+        states = (ItemState.DEFERRED, ItemState.SCHEDULED) if options["scheduled"] else (ItemState.DEFERRED,)
+        selection = Selection(states=states, queue=options["queue"], domain=options["domain"])
         try:
-            for state in states:
-                query = ItemQuery(state=state, queue=options["queue"], domain=options["domain"], now=now)
-                # Moving an item makes it due, so it leaves the filter: always read the first page.
-                while page := [item for item in store.list(query, limit=500) if item.next_attempt > now]:
-                    for item in page:
-                        moved += store.reschedule(item.id, at=now)
-                    if len(page) < 500:
-                        break
+            report = run_action(get_store(), Action.RETRY, selection, now=SystemClock().now())
         except QueueError as exc:
             raise CommandError(str(exc)) from None
-        self.stdout.write(f"mailqueue: {moved} items due now")
+        self.stdout.write(f"mailqueue: {report.count(Outcome.MADE_DUE)} items due now")
