@@ -8,11 +8,21 @@ STAMP := $(VENV)/.installed
 
 .PHONY: test lint typecheck pytest demo bench soak clean
 
+# `make test` installs the package with both stores' extras and the dev tools; `make demo` only the
+# package and the demo group (SQLite needs nothing more). Either can come first in a fresh clone.
+DEMO_STAMP := $(VENV)/.demo-installed
+
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=25.1"
 	$(BIN)/python -m pip install --quiet -e ".[redis,postgres]" --group dev
 	touch $(STAMP)
+
+$(DEMO_STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade "pip>=25.1"
+	$(BIN)/python -m pip install --quiet -e . --group demo
+	touch $(DEMO_STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -25,12 +35,13 @@ pytest: $(STAMP)
 
 test: lint typecheck pytest
 
-# The example project on SQLite: the site on 127.0.0.1:$(PORT), a worker, and a
-# local SMTP sink on 127.0.0.1:$(SINK_PORT) playing every domain's MX. Ctrl+C stops all.
+# The example project on SQLite: the site on 127.0.0.1:$(PORT), a worker, and a local SMTP sink on
+# 127.0.0.1:$(SINK_PORT) playing every domain's MX. Ctrl+C stops the worker (it finishes the deliveries
+# under way), then the sink, then the site.
 PORT ?= 8000
 SINK_PORT ?= 2525
 
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(BIN)/python example_project/run_demo.py --port $(PORT) --sink-port $(SINK_PORT)
 
 # `make bench [N=5000] [REPEATS=5] [BENCH_ARGS=...]`: the benchmark against django-mailer and

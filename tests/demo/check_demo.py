@@ -18,10 +18,17 @@
    with its attachment; the second was deferred with a 451 and then
    delivered; the third failed with 550 5.1.1 and a DSN about it arrived in
    sender@example.com's mailbox;
-5. send SIGINT to the process group of `make demo` (what Ctrl+C in its
-   terminal does) and check that the launcher reports every child stopped
-   cleanly, that no process is left running from the checkout, and that
-   both ports are free again.
+5. queue a burst of BURST messages at once (`manage.py shell`, one
+   `send_messages()`), and once the worker's log shows the first of them
+   delivered, send SIGINT to the process group of `make demo` (what Ctrl+C
+   in its terminal does) in the middle of that busy flush;
+6. check that the launcher stopped the worker first and reports every child
+   stopped cleanly, that no session was cut (no `4.4.2`, no `REPLY_LOST`,
+   no burst recipient deferred in the demo's output), that every message of
+   the burst is either in its mailbox once or still queued (read with
+   `mailqueue_list --json` after the stop) — and that some are still
+   queued, so the stop did come during the flush — that no process is left
+   running from the checkout, and that both ports are free again.
 
 Exit status 0 when all of it holds; 1 with the reason and the tail of the
 demo's output otherwise. CI runs it from `.ci/run`.
@@ -51,10 +58,26 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 SENDER = "sender@example.com"
 DELIVERED, GREYLISTED, REJECTED = "someone@example.net", "greylisted@example.net", "nobody@example.net"
+#: messages queued at once before the Ctrl+C: enough that the worker is still busy with them when it comes
+BURST = 600
+#: burst deliveries the worker's log shows before the Ctrl+C
+DELIVERED_BEFORE_STOP = 20
 ATTACHMENT = ("notes.txt", b"An attachment, carried through the queue.\n")
 #: environment variables of this process that must not leak into the fresh checkout's demo
-LEAKY = ("DJANGO_SETTINGS_MODULE", "VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "PORT", "SINK_PORT",
-         "DEMO_SINK_PORT", "DEMO_DATABASE", "MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAILQUEUE_REQUIRE_SERVICES")
+LEAKY = (
+    "DJANGO_SETTINGS_MODULE",
+    "VIRTUAL_ENV",
+    "PYTHONPATH",
+    "PYTHONHOME",
+    "PORT",
+    "SINK_PORT",
+    "DEMO_SINK_PORT",
+    "DEMO_DATABASE",
+    "MAKEFLAGS",
+    "MFLAGS",
+    "MAKELEVEL",
+    "MAILQUEUE_REQUIRE_SERVICES",
+)
 
 
 class CheckFailedError(Exception):
@@ -85,8 +108,12 @@ def clone(repo: Path, target: Path) -> None:
 
 def copy_working_tree(source: Path, target: Path) -> None:
     """Tracked and untracked files of `source`, minus what .gitignore ignores (so no .venv, no database)."""
-    listing = subprocess.run([*GIT, "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                             cwd=source, check=True, capture_output=True)
+    listing = subprocess.run(
+        [*GIT, "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=source,
+        check=True,
+        capture_output=True,
+    )
     names = sorted({n for n in listing.stdout.decode().split("\0") if n})
     say(f"copying the working tree of {source} ({len(names)} files) into {target}")
     for name in names:
@@ -161,15 +188,21 @@ class Browser:
         boundary = f"----check-demo-{uuid.uuid4().hex}"
         body = bytearray()
         for name, value in fields.items():
-            body += (f"--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"\r\n\r\n").encode()
+            body += (f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n').encode()
             body += value.encode() + b"\r\n"
         for name, (filename, content) in files.items():
-            body += (f"--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"; filename=\"{filename}\"\r\n"
-                     "Content-Type: text/plain\r\n\r\n").encode()
+            body += (
+                f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"; filename="{filename}"\r\n'
+                "Content-Type: text/plain\r\n\r\n"
+            ).encode()
             body += content + b"\r\n"
         body += f"--{boundary}--\r\n".encode()
-        request = urllib.request.Request(self.base + path, data=bytes(body), method="POST",
-                                         headers={"Content-Type": f"multipart/form-data; boundary={boundary}"})
+        request = urllib.request.Request(
+            self.base + path,
+            data=bytes(body),
+            method="POST",
+            headers={"Content-Type": f"multipart/form-data; boundary={boundary}"},
+        )
         with self.opener.open(request, timeout=20) as response:
             return response.geturl(), response.read()
 
@@ -179,8 +212,14 @@ class Browser:
         token = re.search(rb'name="csrfmiddlewaretoken" value="([^"]+)"', page)
         if token is None:
             raise CheckFailedError("the compose page has no CSRF token in its form")
-        fields = {"csrfmiddlewaretoken": token.group(1).decode(), "from_email": SENDER, "to": to,
-                  "subject": subject, "body": f"Sent by check_demo.py to {to}.", "queue": queue}
+        fields = {
+            "csrfmiddlewaretoken": token.group(1).decode(),
+            "from_email": SENDER,
+            "to": to,
+            "subject": subject,
+            "body": f"Sent by check_demo.py to {to}.",
+            "queue": queue,
+        }
         try:
             url, page = self.post_multipart("/", fields, {"attachment": attachment} if attachment else {})
         except urllib.error.HTTPError as exc:
@@ -188,8 +227,9 @@ class Browser:
         sent = urllib.parse.parse_qs(urllib.parse.urlsplit(url).query).get("sent")
         if not sent:
             errors = re.findall(rb'<ul class="errorlist[^"]*">(.*?)</ul>', page)
-            raise CheckFailedError(f"sending to {to} did not redirect to ?sent=<Message-ID> (ended at {url}; "
-                              f"form errors: {errors!r})")
+            raise CheckFailedError(
+                f"sending to {to} did not redirect to ?sent=<Message-ID> (ended at {url}; form errors: {errors!r})"
+            )
         return sent[0]
 
 
@@ -229,22 +269,96 @@ def outcomes(state: dict[str, Any], sent: dict[str, str]) -> dict[str, str | Non
         missing[GREYLISTED] = None
 
     m3 = sent[REJECTED]
-    failed = [r for r in records(m3, REJECTED)
-              if r["state"] == "failed" and r["reply_code"] == 550 and r["reply_status"] == "5.1.1"]
-    dsns = [m for m in received if m["mailbox"] == SENDER and m["envelope_from"] == "" and m["dsn"]
-            and m["dsn"]["original_message_id"] == m3]
+    failed = [
+        r
+        for r in records(m3, REJECTED)
+        if r["state"] == "failed" and r["reply_code"] == 550 and r["reply_status"] == "5.1.1"
+    ]
+    dsns = [
+        m
+        for m in received
+        if m["mailbox"] == SENDER and m["envelope_from"] == "" and m["dsn"] and m["dsn"]["original_message_id"] == m3
+    ]
     if not failed:
         missing[REJECTED] = "no 'failed' (550 5.1.1) history record"
     elif mailbox(REJECTED, m3):
         missing[REJECTED] = "the rejected recipient's mailbox got the message"
     elif not dsns:
         missing[REJECTED] = f"failed, but no DSN from <> about {m3} in {SENDER}'s mailbox yet"
-    elif not any(r["final_recipient"] == REJECTED and r["action"] == "failed" and r["status"] == "5.1.1"
-                 for r in dsns[0]["dsn"]["recipients"]):
+    elif not any(
+        r["final_recipient"] == REJECTED and r["action"] == "failed" and r["status"] == "5.1.1"
+        for r in dsns[0]["dsn"]["recipients"]
+    ):
         missing[REJECTED] = f"the DSN does not report {REJECTED} failed with 5.1.1: {dsns[0]['dsn']}"
     else:
         missing[REJECTED] = None
     return missing
+
+
+# --- the burst ----------------------------------------------------------------------------
+
+
+def manage_in(checkout: Path, env: dict[str, str], sink_port: int, *args: str) -> str:
+    """`manage.py ARGS` of the checkout's example project, with its virtualenv and settings; its output."""
+    project_env = {**env, "DJANGO_SETTINGS_MODULE": "config.settings", "DEMO_SINK_PORT": str(sink_port)}
+    done = subprocess.run(
+        [str(checkout / ".venv" / "bin" / "python"), "manage.py", *args],
+        cwd=checkout / "example_project",
+        env=project_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if done.returncode != 0:
+        raise CheckFailedError(f"manage.py {args[0]} failed ({done.returncode}): {done.stderr[-2000:]}")
+    return done.stdout
+
+
+BURST_SEND = """
+from django.core.mail import EmailMessage, get_connection
+messages = [EmailMessage("{tag} %d" % i, "One of a burst.", "sender@example.com", ["r%d@{tag}.example" % i])
+            for i in range({count})]
+print(get_connection().send_messages(messages))
+"""
+
+BURST_RECEIVED = """
+import json
+from demo.models import ReceivedMessage
+print(json.dumps(list(ReceivedMessage.objects.filter(subject__startswith="{tag} ").values_list("subject", flat=True))))
+"""
+
+
+def queue_burst(checkout: Path, env: dict[str, str], sink_port: int, tag: str) -> None:
+    output = manage_in(checkout, env, sink_port, "shell", "-c", BURST_SEND.format(tag=tag, count=BURST))
+    queued = output.strip().splitlines()[-1:]  # Django 5.2's shell may say first what it imported
+    if queued != [str(BURST)]:
+        raise CheckFailedError(f"send_messages() of the burst returned {queued!r}, not {BURST}")
+
+
+def burst_deliveries(log_path: Path, tag: str) -> int:
+    """Burst recipients the worker's log says were delivered."""
+    text = log_path.read_text("utf-8", "replace")
+    return len(re.findall(rf"delivered item=\S+ to=<r\d+@{re.escape(tag)}\.example>", text))
+
+
+def burst_accounts(checkout: Path, env: dict[str, str], sink_port: int, tag: str) -> tuple[list[str], list[str]]:
+    """The burst's subjects in the mailboxes and in the queue, after the demo stopped; each exactly once in one."""
+    output = manage_in(checkout, env, sink_port, "shell", "-c", BURST_RECEIVED.format(tag=tag))
+    received = json.loads(output.strip().splitlines()[-1])
+    listing = json.loads(manage_in(checkout, env, sink_port, "mailqueue_list", "--json", "--domain", f"{tag}.example"))
+    queued = [item["subject"] for item in listing["items"]]
+    everything = received + queued
+    expected = {f"{tag} {i}" for i in range(BURST)}
+    doubled = sorted({s for s in everything if everything.count(s) > 1})
+    lost = sorted(expected - set(everything))
+    if doubled or lost or len(everything) != BURST:
+        raise CheckFailedError(
+            f"after the Ctrl+C, of {BURST} burst messages {len(received)} are in the mailboxes and "
+            f"{len(queued)} queued; twice: {doubled[:10]}; neither: {lost[:10]}"
+        )
+    if any(item["state"] == "leased" for item in listing["items"]):
+        raise CheckFailedError("an item was still leased after the worker stopped: it did not give it back")
+    return received, queued
 
 
 # --- the run ----------------------------------------------------------------------------
@@ -269,9 +383,16 @@ def run_check(checkout: Path, log_path: Path, *, setup_timeout: float, timeout: 
     say(f"make demo PORT={port} SINK_PORT={sink_port} (output: {log_path})")
     started = time.monotonic()
     with open(log_path, "wb") as log:
-        make = subprocess.Popen(["make", "demo", f"PORT={port}", f"SINK_PORT={sink_port}"], cwd=checkout, env=env,
-                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True, preexec_fn=_take_sigint)
+        make = subprocess.Popen(
+            ["make", "demo", f"PORT={port}", f"SINK_PORT={sink_port}"],
+            cwd=checkout,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_take_sigint,
+        )
     try:
         browser = Browser(site)
         deadline = started + setup_timeout
@@ -312,10 +433,28 @@ def run_check(checkout: Path, log_path: Path, *, setup_timeout: float, timeout: 
             detail = "; ".join(f"{k}: {v}" for k, v in missing.items() if v)
             history = json.dumps(state.get("history"), indent=1)
             raise CheckFailedError(f"after {timeout:.0f} s: {detail}\nhistory: {history}")
-        say(f"all three outcomes after {time.monotonic() - up:.0f} s: {DELIVERED} delivered; {GREYLISTED} "
-            f"deferred (451) then delivered; {REJECTED} failed (550 5.1.1) with a DSN in {SENDER}'s mailbox")
+        say(
+            f"all three outcomes after {time.monotonic() - up:.0f} s: {DELIVERED} delivered; {GREYLISTED} "
+            f"deferred (451) then delivered; {REJECTED} failed (550 5.1.1) with a DSN in {SENDER}'s mailbox"
+        )
 
-        say("sending SIGINT to make demo's process group (Ctrl+C)")
+        tag = f"burst-{run}"
+        queue_burst(checkout, env, sink_port, tag)
+        say(f"queued {BURST} messages at once ({tag}); waiting for the worker to deliver the first of them")
+        deadline = time.monotonic() + timeout
+        while burst_deliveries(log_path, tag) < DELIVERED_BEFORE_STOP:
+            if make.poll() is not None:
+                raise CheckFailedError(f"make demo exited with status {make.returncode} during the burst")
+            if time.monotonic() > deadline:
+                raise CheckFailedError(
+                    f"the worker's log shows no {DELIVERED_BEFORE_STOP} burst deliveries after {timeout:.0f} s"
+                )
+            time.sleep(0.05)
+
+        say(
+            f"sending SIGINT to make demo's process group (Ctrl+C) after {burst_deliveries(log_path, tag)} "
+            "burst deliveries"
+        )
         stopping = time.monotonic()
         os.killpg(make.pid, signal.SIGINT)
         try:
@@ -329,6 +468,26 @@ def run_check(checkout: Path, log_path: Path, *, setup_timeout: float, timeout: 
         statuses = dict(part.rsplit(" ", 1) for part in stopped.group(1).split(", "))
         if statuses != {"site": "0", "worker": "0", "sink": "0"}:
             raise CheckFailedError(f"not every child stopped cleanly on SIGINT: {statuses}")
+        order = re.findall(r"^demo: stopping the (\w+)$", output, re.MULTILINE)
+        if order != ["worker", "sink", "site"]:
+            raise CheckFailedError(f"the launcher stopped the children in the order {order}, not worker, sink, site")
+        cut = [
+            line
+            for line in output.splitlines()
+            if "4.4.2" in line or "REPLY_LOST" in line or ("deferred item=" in line and f"@{tag}." in line)
+        ]
+        if cut:
+            raise CheckFailedError("the Ctrl+C cut deliveries under way:\n  " + "\n  ".join(cut[:10]))
+        delivered, queued = burst_accounts(checkout, env, sink_port, tag)
+        if not queued:
+            raise CheckFailedError(
+                f"all {BURST} burst messages were delivered before the Ctrl+C took effect: "
+                "the check did not stop a busy flush"
+            )
+        say(
+            f"the Ctrl+C came during the flush: {len(delivered)} burst messages delivered, {len(queued)} still "
+            "queued (given back); no 4.4.2, no REPLY_LOST, no burst recipient deferred"
+        )
         left = processes_under(checkout)
         if left:
             raise CheckFailedError("processes left running after SIGINT:\n  " + "\n  ".join(left))
@@ -353,8 +512,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--source", type=Path, help="copy this working tree instead of cloning the committed HEAD")
     parser.add_argument("--keep", action="store_true", help="keep the temporary checkout")
     parser.add_argument("--timeout", type=float, default=120, help="seconds for the three outcomes (default 120)")
-    parser.add_argument("--setup-timeout", type=float, default=300,
-                        help="seconds for make demo to create the virtualenv, install and start (default 300)")
+    parser.add_argument(
+        "--setup-timeout",
+        type=float,
+        default=300,
+        help="seconds for make demo to create the virtualenv, install and start (default 300)",
+    )
     options = parser.parse_args(argv)
 
     began = time.monotonic()

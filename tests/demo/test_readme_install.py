@@ -1,11 +1,15 @@
-"""The README's "Install in an existing project", followed literally in a new `django-admin startproject` project.
+"""The README's "Install in an existing project", followed literally on a fresh machine: a new virtualenv, a
+clone of this repository, a new `django-admin startproject` project.
 
 The steps are read from README.md itself — the fenced block after each
 `<!-- install:NAME -->` marker — so the README and this test cannot drift
-apart. Two departures, both forced: `pip install` is not run (this
-virtualenv has the package installed, editable), and the worker runs with
-`--once` and an SMTP server on loopback instead of the
-provider's relay (the README's `EMAIL_*` settings, the default route).
+apart. The install commands run as written, with bash, in a directory
+holding the clone as `django-mailqueue` (a copy of this working tree) and
+with a new virtualenv first on PATH: they build the wheel with
+`python -m build` and install it, with its dependencies, from the package
+index. One departure, forced: the worker runs with `--once` and an SMTP
+server on loopback instead of the provider's relay (the README's `EMAIL_*`
+settings, the default route).
 """
 
 from __future__ import annotations
@@ -14,12 +18,13 @@ import os
 import re
 import shlex
 import subprocess
-import sys
-import tomllib
+import venv
 from pathlib import Path
 
 import pytest
 
+from tests.demo.check_demo import copy_working_tree
+from tests.support.services import skip_or_fail
 from tests.support.smtp_server import SmtpServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,14 +47,29 @@ def shell_lines(block: str) -> list[list[str]]:
     return [shlex.split(line, comments=True) for line in block.splitlines() if shlex.split(line, comments=True)]
 
 
-def subprocess_env() -> dict[str, str]:
-    # pytest-django points DJANGO_SETTINGS_MODULE at the test settings; the new project has its own.
-    return {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE" and not k.startswith("MAILQUEUE_")}
+def subprocess_env(virtualenv: Path | None = None) -> dict[str, str]:
+    """This environment without what points into the suite's own project and virtualenv; `virtualenv` first on PATH."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("DJANGO_SETTINGS_MODULE", "VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")
+        and not k.startswith("MAILQUEUE_")
+    }
+    if virtualenv is not None:
+        env["VIRTUAL_ENV"] = str(virtualenv)
+        env["PATH"] = f"{virtualenv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    return env
 
 
-def run_manage(project: Path, args: list[str], timeout: float = 60) -> str:
-    result = subprocess.run([sys.executable, "manage.py", *args], cwd=project, env=subprocess_env(),
-                            capture_output=True, text=True, timeout=timeout)
+def run_manage(python: Path, project: Path, args: list[str], timeout: float = 60) -> str:
+    result = subprocess.run(
+        [str(python), "manage.py", *args],
+        cwd=project,
+        env=subprocess_env(python.parent.parent),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     assert result.returncode == 0, f"manage.py {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}"
     return result.stdout + result.stderr
 
@@ -67,17 +87,43 @@ def test_the_readme_marks_every_install_step() -> None:
 
 def test_readme_install_steps_deliver_a_message(tmp_path: Path) -> None:
     steps = readme_blocks(README.read_text())
+    unpublished = re.search(r"pip install django-mailqueue(?![/\w.-])", README.read_text())
+    assert unpublished is None, "the README installs from the package index, where the package is not yet"
 
-    # pip install: the name the README gives is the distribution this repository builds, and it is installed.
-    (pip,) = shell_lines(steps["commands"])
-    assert pip[:2] == ["pip", "install"]
-    name = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["name"]
-    assert pip[2:] == [name]
-    assert subprocess.run([sys.executable, "-c", "import django_mailqueue"], env=subprocess_env()).returncode == 0
+    # The install commands, as written, where the clone is ./django-mailqueue and in a new virtualenv.
+    copy_working_tree(ROOT, tmp_path / "django-mailqueue")
+    virtualenv = tmp_path / "venv"
+    venv.create(virtualenv, with_pip=True)
+    python = virtualenv / "bin" / "python"
+    done = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", steps["commands"]],
+        cwd=tmp_path,
+        env=subprocess_env(virtualenv),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if done.returncode != 0 and "No matching distribution found for setuptools" in done.stderr:
+        skip_or_fail("the package index cannot be reached: python -m build could not get setuptools")
+    assert done.returncode == 0, f"the README's install commands failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    assert list((tmp_path / "django-mailqueue" / "dist").glob("django_mailqueue-*-py3-none-any.whl"))
+    where = subprocess.run(
+        [str(python), "-c", "import django_mailqueue; print(django_mailqueue.__file__)"],
+        cwd=tmp_path,
+        env=subprocess_env(virtualenv),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert where.stdout.strip().startswith(str(virtualenv)), where.stdout  # the installed wheel, not the clone
 
-    subprocess.run([sys.executable, "-m", "django", "startproject", "mysite", str(tmp_path)], check=True,
-                   env=subprocess_env())
-    project = tmp_path
+    project = tmp_path / "site"
+    project.mkdir()
+    subprocess.run(
+        [str(python), "-m", "django", "startproject", "mysite", str(project)],
+        check=True,
+        env=subprocess_env(virtualenv),
+    )
     settings = project / "mysite" / "settings.py"
 
     with SmtpServer() as server:
@@ -85,11 +131,13 @@ def test_readme_install_steps_deliver_a_message(tmp_path: Path) -> None:
         # settings name (the default route) is the test's SMTP server.
         settings.write_text(
             settings.read_text()
-            + "\n# --- from README.md ---\n" + steps["settings"] + "\n"
+            + "\n# --- from README.md ---\n"
+            + steps["settings"]
+            + "\n"
             + "\n# --- the test's SMTP server instead of the provider's relay ---\n"
             + f'EMAIL_HOST, EMAIL_PORT, EMAIL_USE_TLS = "127.0.0.1", {server.port}, False\n'
         )
-        check = run_manage(project, ["check"])
+        check = run_manage(python, project, ["check"])
         # only information: where mail goes, and the queue's advice for the new project's SQLite database
         reported = set(re.findall(r"\(([\w.]+\.[A-Z]\d+)\)", check))
         assert reported == {"mailqueue.I001", "mailqueue.I010"}, check
@@ -97,13 +145,13 @@ def test_readme_install_steps_deliver_a_message(tmp_path: Path) -> None:
         assert f"the relay 127.0.0.1:{server.port} (no TLS)" in check
 
         for command in shell_lines(steps["migrate"]):
-            run_manage(project, manage_args(command))
+            run_manage(python, project, manage_args(command))
 
-        run_manage(project, ["shell", "-c", steps["send"]])
+        run_manage(python, project, ["shell", "-c", steps["send"]])
         assert server.messages == []  # queued, not sent
 
         (worker,) = shell_lines(steps["worker"])
-        output = run_manage(project, [*manage_args(worker), "--once"])
+        output = run_manage(python, project, [*manage_args(worker), "--once"])
 
     assert "1 delivered" in output, output
     assert len(server.messages) == 1
