@@ -17,27 +17,16 @@ from django.core.management.base import CommandError
 
 from django_mailqueue import selection
 from django_mailqueue.clock import SystemClock
-from django_mailqueue.items import Completion, NewItem, RecipientOutcome, RecipientState, Reply
+from django_mailqueue.items import Completion, NewItem, QueueItem, RecipientOutcome, RecipientState, Reply
 from django_mailqueue.stores import get_store
 from django_mailqueue.stores.base import QueueStore
 from tests.support.databases import DATABASES
+from tests.support.services import drop_redis_keys
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=DATABASES)
 
 GREYLISTED = Reply(451, "4.7.1", "Greylisted, try again later")
 ACCEPTED = Reply(250, "2.0.0", "OK")
-
-
-def _drop_redis_keys(url: str, prefix: str) -> None:
-    import redis
-
-    client = redis.Redis.from_url(url)
-    try:
-        keys = list(client.scan_iter(match=f"{prefix}*", count=1000))
-        if keys:
-            client.delete(*keys)
-    finally:
-        client.close()
 
 
 @pytest.fixture(params=["orm-sqlite", "orm-postgres", "redis", "memory"])
@@ -60,7 +49,7 @@ def store(request: pytest.FixtureRequest, settings: Any) -> Iterator[QueueStore]
         yield get_store()
     finally:
         if kind == "redis":
-            _drop_redis_keys(config["OPTIONS"]["url"], config["OPTIONS"]["key_prefix"])
+            drop_redis_keys(config["OPTIONS"]["url"], config["OPTIONS"]["key_prefix"])
 
 
 @dataclass
@@ -94,22 +83,23 @@ def new(
     )
 
 
+def attempted(store: QueueStore, claimed: QueueItem, *outcomes: RecipientOutcome, next_attempt: datetime) -> None:
+    """Record an attempt on an item claimed by "w", as a worker would."""
+    completion = Completion(outcomes, next_attempt=next_attempt)
+    store.complete(claimed.id, owner="w", revision=claimed.revision, completion=completion)
+
+
 @pytest.fixture
 def queue(store: QueueStore) -> Queue:
     now = SystemClock().now()
     deferred = store.add(new(("cat@alpha.example", "dan@gamma.example")), now=now - timedelta(days=2))
     (claimed,) = store.claim(owner="w", now=now, lease_expires=now + timedelta(minutes=5))
-    store.complete(
-        deferred.id,
-        owner="w",
-        revision=claimed.revision,
-        completion=Completion(
-            (
-                RecipientOutcome("cat@alpha.example", RecipientState.PENDING, GREYLISTED),
-                RecipientOutcome("dan@gamma.example", RecipientState.DELIVERED, ACCEPTED, "mx.gamma.example"),
-            ),
-            next_attempt=now + timedelta(hours=1),
-        ),
+    attempted(
+        store,
+        claimed,
+        RecipientOutcome("cat@alpha.example", RecipientState.PENDING, GREYLISTED),
+        RecipientOutcome("dan@gamma.example", RecipientState.DELIVERED, ACCEPTED, "mx.gamma.example"),
+        next_attempt=now + timedelta(hours=1),
     )
     leased = store.add(new(("eve@delta.example",), sender="", queue="transactional"), now=now - timedelta(minutes=30))
     (held,) = store.claim(owner="worker-7", now=now, lease_expires=now + timedelta(hours=1))
@@ -281,17 +271,10 @@ def test_list_refuses_a_bad_filter(queue: Queue) -> None:
 
 def test_list_escapes_control_characters_in_a_reply(store: QueueStore) -> None:
     now = SystemClock().now()
-    item = store.add(new(("x@evil.example",)), now=now)
+    store.add(new(("x@evil.example",)), now=now)
     (claimed,) = store.claim(owner="w", now=now, lease_expires=now + timedelta(minutes=5))
-    store.complete(
-        item.id,
-        owner="w",
-        revision=claimed.revision,
-        completion=Completion(
-            (RecipientOutcome("x@evil.example", RecipientState.PENDING, Reply(451, "4.0.0", "busy \x1b[2J now")),),
-            next_attempt=now + timedelta(hours=1),
-        ),
-    )
+    escape = Reply(451, "4.0.0", "busy \x1b[2J now")
+    attempted(store, claimed, RecipientOutcome("x@evil.example", RecipientState.PENDING, escape), next_attempt=now)
     text = run("mailqueue_list")
     assert "\x1b" not in text and "busy \\x1b[2J now" in text
     assert listed()["items"][0]["recipients"][0]["reply"]["text"] == "busy \x1b[2J now"
@@ -428,15 +411,9 @@ def test_flush_reaches_deferred_items_behind_a_full_batch_of_due_ones(store: Que
     assert len(claimed) == 502
     later = claimed[-1].id
     for item in claimed:
-        store.complete(
-            item.id,
-            owner="w",
-            revision=item.revision,
-            completion=Completion(
-                (RecipientOutcome(item.recipients[0].address, RecipientState.PENDING, GREYLISTED),),
-                next_attempt=now + timedelta(hours=1) if item.id == later else now - timedelta(minutes=1),
-            ),
-        )
+        outcome = RecipientOutcome(item.recipients[0].address, RecipientState.PENDING, GREYLISTED)
+        next_attempt = now + timedelta(hours=1) if item.id == later else now - timedelta(minutes=1)
+        attempted(store, item, outcome, next_attempt=next_attempt)
     assert "1 items due now" in run("mailqueue_flush")
     moved = store.get(later)
     assert moved is not None and moved.next_attempt <= SystemClock().now()

@@ -20,7 +20,7 @@ from django_mailqueue.stores.base import QueueStore
 from tests.admin.queue_data import Queue, populate
 from tests.support.certs import test_ca  # noqa: F401  (fixture)
 from tests.support.dns_server import dns_server  # noqa: F401  (fixture)
-from tests.support.services import skip_or_fail
+from tests.support.services import drop_redis_keys, skip_or_fail
 from tests.support.smtp_server import smtp_servers  # noqa: F401  (fixture)
 from tests.worker.conftest import mail_world  # noqa: F401  (fixture)
 
@@ -64,18 +64,6 @@ def redis_store_config(redis_url: str) -> dict[str, Any]:
     }
 
 
-def _drop_redis_keys(redis_url: str, prefix: str) -> None:
-    import redis
-
-    client = redis.Redis.from_url(redis_url)
-    try:
-        keys = list(client.scan_iter(match=f"{prefix}*", count=1000))
-        if keys:
-            client.delete(*keys)
-    finally:
-        client.close()
-
-
 @pytest.fixture(params=["orm", "redis"])
 def store(request: pytest.FixtureRequest, settings: Any) -> Iterator[QueueStore]:
     """The configured store (`get_store()`): the ORM store on SQLite, then the Redis store."""
@@ -89,7 +77,7 @@ def store(request: pytest.FixtureRequest, settings: Any) -> Iterator[QueueStore]
     try:
         yield get_store()
     finally:
-        _drop_redis_keys(redis_url, config["OPTIONS"]["key_prefix"])
+        drop_redis_keys(redis_url, config["OPTIONS"]["key_prefix"])
 
 
 @pytest.fixture

@@ -57,3 +57,16 @@ def skip_or_fail(reason: str) -> None:
     if REQUIRED:
         pytest.fail(f"required service missing: {reason}", pytrace=False)
     pytest.skip(reason)
+
+
+def drop_redis_keys(url: str, prefix: str) -> None:
+    """Delete every key under `prefix`: what a test's Redis store left behind."""
+    import redis
+
+    client = redis.Redis.from_url(url)
+    try:
+        keys = list(client.scan_iter(match=f"{prefix}*", count=1000))
+        if keys:
+            client.delete(*keys)
+    finally:
+        client.close()

@@ -12,7 +12,7 @@ from ...exceptions import QueueError
 from ...items import ItemState
 from ...selection import Action, Outcome, Selection, run_action
 from ...stores import get_store
-from ..filters import domain
+from ..options import domain
 
 
 class Command(BaseCommand):

@@ -13,17 +13,7 @@ from ...exceptions import QueueError
 from ...mailq import HEADER, item_json, item_lines, size
 from ...selection import walk
 from ...stores import get_store
-from ..filters import add_selection_arguments, selection_from
-
-
-def _limit(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return number
+from ..options import add_selection_arguments, positive, selection_from
 
 
 class Command(BaseCommand):
@@ -34,7 +24,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         add_selection_arguments(parser)
-        parser.add_argument("--limit", type=_limit, default=None, help="at most this many items (default: all)")
+        parser.add_argument("--limit", type=positive, default=None, help="at most this many items (default: all)")
         parser.add_argument(
             "--json", action="store_true", help='one JSON object: {"items": [...], "count": N, "bytes": N, ...}'
         )

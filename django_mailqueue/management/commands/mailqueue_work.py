@@ -19,16 +19,7 @@ from ...stores import get_store
 from ...worker import Worker
 from ...worker.engine import WorkerStats
 from ...worker.memory import release_large_buffers
-
-
-def _positive(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return number
+from ..options import positive
 
 
 def _queues(value: str) -> list[str]:
@@ -46,7 +37,7 @@ class Command(BaseCommand):
             "--once", action="store_true", help="deliver everything due now, wait for those deliveries, and exit 0"
         )
         parser.add_argument(
-            "--concurrency", type=_positive, default=None, help="items in flight (default: MAILQUEUE['CONCURRENCY'])"
+            "--concurrency", type=positive, default=None, help="items in flight (default: MAILQUEUE['CONCURRENCY'])"
         )
         parser.add_argument(
             "--queues", type=_queues, default=None, help="comma-separated queues, in order of preference (default: all)"

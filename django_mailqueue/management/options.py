@@ -1,5 +1,5 @@
-"""The options mailqueue_list, mailqueue_cancel and mailqueue_retry share: ids, filters, `--all`, `--dry-run`,
-and how a bulk action's report is printed."""
+"""The command-line options the management commands share — ids, filters, `--all`, `--dry-run`, whole
+numbers — and the bulk actions' command (mailqueue_cancel, mailqueue_retry) with how it prints its report."""
 
 from __future__ import annotations
 
@@ -9,12 +9,25 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from django.core.management.base import CommandError, OutputWrapper
+from django.core.management.base import BaseCommand, CommandError, OutputWrapper
 
+from ..clock import SystemClock
+from ..exceptions import QueueError
 from ..items import ItemState
-from ..selection import BulkReport, Outcome, Selection, domain_filter, parse_age
+from ..selection import Action, BulkReport, Outcome, Selection, domain_filter, parse_age, run_action
+from ..stores import get_store
 
 FILTER_OPTIONS = "--state, --queue, --domain, --search, --older-than"
+
+
+def positive(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return number
 
 
 def item_id(value: str) -> uuid.UUID:
@@ -134,3 +147,29 @@ def print_report(stdout: OutputWrapper, report: BulkReport, options: dict[str, A
     missing = report.ids.get(Outcome.MISSING, [])
     if missing and report.selection.ids:
         raise CommandError(f"no such item: {', '.join(str(i) for i in missing)}")
+
+
+class ActionCommand(BaseCommand):
+    """A bulk action as a command: ids or filters, `--all`, `--dry-run`, `--json`; the work is `run_action`'s."""
+
+    action: Action
+    #: how the refusal to act on every item names the action
+    verb: str
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        add_action_arguments(parser)
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        selection = action_selection(options, self.verb)
+        try:
+            report = run_action(
+                get_store(),
+                self.action,
+                selection,
+                now=SystemClock().now(),
+                dry_run=options["dry_run"],
+                on_item=item_printer(self.stdout, options),
+            )
+        except QueueError as exc:
+            raise CommandError(str(exc)) from None
+        print_report(self.stdout, report, options)
