@@ -325,9 +325,11 @@ class Trickle:
 
 @dataclass(frozen=True)
 class DropDuringData:
-    """After the 354, read `after` bytes of the message, then close the connection."""
+    """After the 354, read `after` bytes of the message, wait `delay` seconds, then reset the connection."""
 
     after: int = 10
+    #: a server slow to drop (as a loaded machine makes one): the client may write on meanwhile
+    delay: float = 0.0
 
 
 Action = bytes | _Special | Trickle | DropDuringData | Callable[[bytes], bytes]
@@ -500,6 +502,8 @@ class ScriptedSmtpServer(LoopThreadServer):
                         await writer.drain()
                         body = await reader.read(action.after)
                         raw.extend(body)
+                        if action.delay:
+                            await asyncio.sleep(action.delay)
                         writer.transport.abort()
                         return
                     if not await self._act(writer, action, command):
