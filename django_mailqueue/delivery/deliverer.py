@@ -20,7 +20,7 @@ from .masking import SecretMask
 from .resolver import DnsResolver, MailHost, MxResolver, Resolution, ip_literal
 from .smtp import SmtpTransport
 from .tls import RelayContextFactory, mx_context, relay_context
-from .transport import Envelope, SessionReport, Target, TlsPolicy, Transport
+from .transport import DestinationError, Envelope, SessionReport, Target, TlsPolicy, Transport
 from .wire import dot_stuff, has_8bit, headers_need_smtputf8, normalize_line_endings
 
 logger = logging.getLogger("django_mailqueue.delivery")
@@ -281,7 +281,8 @@ class Deliverer:
         if resolution.failure is not None:
             decide_all(resolution.failure, replies.state_of(resolution.failure))
             if resolution.failure.status == replies.MISCONFIGURED:
-                progress.add_error(QueueError("INVALID_OPTION", f"route for {dest.name}: {resolution.failure.text}"))
+                text = f"route for {dest.name}: {resolution.failure.text}"
+                progress.add_error(DestinationError("INVALID_OPTION", text, destination=dest.name))
             logger.info("%s: %s", dest.name, resolution.failure)
             return
         if isinstance(route, RelayRoute):
@@ -294,7 +295,7 @@ class Deliverer:
             text = f"TLS for {dest.name} cannot be set up: {type(exc).__name__}: {exc}"
             if mask is not None:
                 text = mask(text)
-            progress.add_error(QueueError("INVALID_OPTION", text))
+            progress.add_error(DestinationError("INVALID_OPTION", text, destination=dest.name))
             decide_all(replies.own_reply(replies.MISCONFIGURED, text), RecipientState.PENDING)
             return
 

@@ -107,6 +107,13 @@ def is_well_formed(code: int, text: str) -> bool:
     return text.isascii() or _ESCAPED_BYTE.search(text) is None
 
 
+def too_many_recipients(code: int, accepted: int) -> bool:
+    """Whether a RCPT reply means the transaction holds all the recipients the server takes (RFC 5321
+    §4.5.3.1.10): a 452 after `accepted` > 0 recipients of the same transaction were accepted. The client
+    then sends the rest in another transaction at once; a 452 with none accepted only defers."""
+    return code == 452 and accepted > 0
+
+
 def temporary(reply: Reply) -> Reply:
     """The same reply with a temporary status: for a 5xx that only skips a host.
 
@@ -141,4 +148,5 @@ __all__ = [
     "server_reply",
     "state_of",
     "temporary",
+    "too_many_recipients",
 ]

@@ -14,19 +14,19 @@ a connection lost while sending. The message goes out through the
 connection's protocol object instead, already normalised and dot-stuffed
 by `wire.to_wire` (so it is stuffed once); the replies to a pipelined group
 and to the final "." are read from the protocol's own future, with one
-timer each (`_read_reply`).
+timer each. Every use of aiosmtplib's private parts is in
+`aiosmtplib_adapter`, which falls back to its public API (no pipelining)
+when the installed aiosmtplib lacks them.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import socket
 import ssl
 import traceback
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -37,17 +37,15 @@ from aiosmtplib import (
     SMTPConnectResponseError,
     SMTPException,
     SMTPHeloError,
-    SMTPReadTimeoutError,
     SMTPResponseException,
     SMTPServerDisconnected,
 )
-from aiosmtplib.protocol import MAX_RESPONSE_LENGTH, SMTPProtocol
 from aiosmtplib.response import SMTPResponse
 
-from ..exceptions import QueueError
 from ..items import RecipientState, Reply
-from . import replies
-from .transport import Envelope, SessionReport, Target
+from . import aiosmtplib_adapter, replies
+from .aiosmtplib_adapter import Access
+from .transport import DestinationError, Envelope, SessionReport, Target
 from .wire import END_OF_DATA
 
 logger = logging.getLogger("django_mailqueue.delivery")
@@ -55,7 +53,7 @@ logger = logging.getLogger("django_mailqueue.delivery")
 #: Bytes written before waiting for the socket to drain (each wait bounded by DATA_BLOCK).
 DATA_BLOCK_SIZE = 64 * 1024
 #: The longest wait for the reply to QUIT: the mail is decided by then.
-QUIT_TIMEOUT = 5.0
+QUIT_TIMEOUT = 2.0
 
 
 #: Seconds an idle connection is kept for the next message to the same server (Postfix's
@@ -98,6 +96,11 @@ class SmtpTransport:
         #: one timer a server address closes its pool's connections idle past `cache_time` with
         self._expiry: dict[_CacheKey, asyncio.TimerHandle] = {}
         self._limits: dict[tuple[str, int], asyncio.Semaphore] = {}
+        #: QUITs to connections leaving the cache, said in the background (`aclose` waits for them)
+        self._quitting: set[asyncio.Task[None]] = set()
+        #: how sessions use aiosmtplib (`aiosmtplib_adapter`: its private parts, or its public API only)
+        self.access: Access = aiosmtplib_adapter.ACCESS
+        self.access.announce()
 
     @staticmethod
     def _key(target: Target) -> _CacheKey:
@@ -112,7 +115,7 @@ class SmtpTransport:
             if (now - idle.idle_since <= self.cache_time and now - idle.opened <= self.reuse_time
                     and idle.smtp.is_connected):
                 return idle
-            idle.smtp.close()
+            self._retire(idle)
         return None
 
     def _keep(self, key: _CacheKey, idle: _Idle) -> None:
@@ -130,9 +133,18 @@ class SmtpTransport:
         pool = self._idle.get(key, [])
         for idle in [i for i in pool if now - i.idle_since > self.cache_time]:
             pool.remove(idle)
-            idle.smtp.close()  # the server sees the connection close; QUIT would only cost a round trip
+            self._retire(idle)
         if pool:
             self._expiry[key] = loop.call_at(pool[0].idle_since + self.cache_time + 0.05, self._expire, key)
+
+    def _retire(self, idle: _Idle) -> None:
+        """A connection leaves the cache: QUIT (RFC 5321 §4.1.1.10) in the background, then close."""
+        if not idle.smtp.is_connected:
+            idle.smtp.close()
+            return
+        task = asyncio.get_running_loop().create_task(_quit(idle.smtp, QUIT_TIMEOUT))
+        self._quitting.add(task)
+        task.add_done_callback(self._quitting.discard)
 
     async def send(self, target: Target, envelope: Envelope) -> SessionReport:
         limit = self._limits.setdefault((target.address, target.port),
@@ -149,7 +161,7 @@ class SmtpTransport:
 
     async def _send(self, target: Target, envelope: Envelope, cached: _Idle | None, key: _CacheKey) -> SessionReport:
         report = SessionReport(host=target.host)
-        session = _Session(target, envelope, report, cached, keep=self.cache_time > 0)
+        session = _Session(target, envelope, report, cached, keep=self.cache_time > 0, access=self.access)
         keep: _Idle | None = None
         try:
             async with asyncio.timeout_at(target.deadline) as scope:
@@ -169,16 +181,16 @@ class SmtpTransport:
         return report
 
     async def aclose(self) -> None:
-        """Say QUIT on every cached connection and close it."""
+        """Say QUIT on every cached connection, all at once, and close them: done within `QUIT_TIMEOUT`."""
         pools, self._idle = self._idle, {}
         for timer in self._expiry.values():
             timer.cancel()
         self._expiry.clear()
         for pool in pools.values():
             for idle in pool:
-                with contextlib.suppress(Exception):
-                    await idle.smtp.quit(timeout=QUIT_TIMEOUT)
-                idle.smtp.close()
+                self._retire(idle)
+        if self._quitting:
+            await asyncio.gather(*self._quitting, return_exceptions=True)
 
 
 _Opportunistic = Literal["tls", "plain", "retry", "next"]
@@ -186,8 +198,9 @@ _Opportunistic = Literal["tls", "plain", "retry", "next"]
 
 class _Session:
     def __init__(self, target: Target, envelope: Envelope, report: SessionReport, cached: _Idle | None = None,
-                 *, keep: bool = False) -> None:
+                 *, keep: bool = False, access: Access = aiosmtplib_adapter.ACCESS) -> None:
         self.target = target
+        self.access = access
         #: keep the connection for the next message when the session ends well
         self.keep = keep
         self.envelope = envelope
@@ -199,6 +212,8 @@ class _Session:
         self.opened = cached.opened if cached else asyncio.get_running_loop().time()
         #: a MAIL FROM was answered in this session (a cached connection is alive)
         self.answered = False
+        #: the last transaction had no recipient accepted: the server counts errors, do not keep it
+        self.refused = False
         self.doing = "connecting"
         #: the pipelined commands whose replies are still to be read: (timeout, what each does)
         self.unanswered: deque[tuple[float, str]] = deque()
@@ -233,10 +248,11 @@ class _Session:
         return self.own(replies.INTERNAL, f"internal error while {self.doing} with {label}: {type(exc).__name__}")
 
     def operator_error(self, message: str) -> None:
-        error = QueueError("INVALID_OPTION", self.mask(message))
+        """A relay problem for the operator: the worker sends it as an `error` and logs a WARNING (once a minute)."""
+        error = DestinationError("INVALID_OPTION", self.mask(message), destination=self.target.host)
         if all(str(e) != str(error) for e in self.report.errors):
             self.report.errors.append(error)
-        logger.warning("%s", error.message)
+        logger.info("%s", error.message)
 
     def skip_host(self, reply: Reply) -> bool:
         """Give up on this address before any transaction: the caller tries the next one."""
@@ -244,12 +260,15 @@ class _Session:
         logger.info("skipping %s: %s", self.target.label, reply)
         return False
 
-    def end(self, reply: Reply) -> None:
-        """The session is over: every recipient not decided yet is pending with `reply`; the connection closed."""
+    def end(self, reply: Reply, *, broken: bool = True) -> None:
+        """The session is over: every recipient not decided yet is pending with `reply`. A broken connection
+        (a timeout, a drop, a malformed reply: nothing said now would be understood) is closed at once; after
+        a 421 (`broken=False`) `run` says QUIT before it closes."""
         self.report.decide_rest(self.envelope.recipients, reply, RecipientState.PENDING)
         self.report.ended = True
         self.unanswered.clear()
-        self.close()  # after a 421, a timeout, a drop or a malformed reply there is nothing left to say
+        if broken:
+            self.close()
         logger.info("session with %s ended: %s", self.target.label, reply)
 
     def deadline_passed(self) -> None:
@@ -284,11 +303,12 @@ class _Session:
             await self.transactions()
             if self.report.ended and not self.answered:
                 self.report.stale_connection = True  # closed while idle: nothing was said, try a new one
+                await self.quit()  # still open after a 421 to MAIL FROM
                 return None
         else:
             await self.steps()
         if (self.smtp is None or not self.smtp.is_connected or self.report.ended or self.report.next_host
-                or not self.keep):
+                or self.refused or not self.keep):
             await self.quit()
             return None
         return await self.release()
@@ -488,7 +508,11 @@ class _Session:
             return await self.next_reply()
         self.doing = doing
         try:
-            response = await self.smtp.execute_command(*args, timeout=timeout)
+            # the protocol's, not SMTP.execute_command: that one closes after a 421 without saying QUIT
+            protocol = self.smtp.protocol
+            if protocol is None:
+                raise SMTPServerDisconnected("Connection lost")
+            response = await protocol.execute_command(*args, timeout=timeout)
         except Exception as exc:
             self.end(self.failure(exc))
             return None
@@ -500,7 +524,7 @@ class _Session:
             self.end(self.reply(response.code, response.message))
             return None
         if response.code == 421:
-            self.end(self.reply(response.code, response.message))
+            self.end(self.reply(response.code, response.message), broken=False)
             return None
         return response
 
@@ -515,10 +539,7 @@ class _Session:
         try:
             if protocol is None:
                 raise SMTPServerDisconnected("Connection lost")
-            # aiosmtplib drops bytes that arrive while a parsed reply waits to be picked up: keep them.
-            protocol.data_received = _keeping_data_received(protocol)  # type: ignore[method-assign,assignment]
-            protocol._response_pending = True
-            protocol.write(b"".join(line + b"\r\n" for line, _, _ in commands))
+            self.access.send_group(protocol, b"".join(line + b"\r\n" for line, _, _ in commands))
         except Exception as exc:
             self.end(self.failure(exc))
             return False
@@ -533,18 +554,15 @@ class _Session:
         try:
             if protocol is None:
                 raise SMTPServerDisconnected("Connection lost")
-            response = protocol._read_response_from_buffer()  # came with an earlier reply
+            response = self.access.buffered_reply(protocol)  # came with an earlier reply
             if response is None:
-                response = await _read_reply(protocol, timeout)
+                response = await self.access.read_reply(protocol, timeout)
         except Exception as exc:
             self.end(self.failure(exc))
             return None
         finally:
             if protocol is not None:
-                if self.unanswered:
-                    protocol._response_pending = True  # read_response stopped expecting
-                else:
-                    vars(protocol).pop("data_received", None)
+                self.access.group_reply_read(protocol, more=bool(self.unanswered))
         return self.checked(response)
 
     async def end_group(self) -> None:
@@ -572,17 +590,19 @@ class _Session:
             return
         limit = max(1, envelope.rcpt_limit)
         for start in range(0, len(envelope.recipients), limit):
-            if self.report.ended:
-                return
-            await self.transaction(envelope.recipients[start:start + limit])
+            chunk = envelope.recipients[start:start + limit]
+            while chunk and not self.report.ended:
+                chunk = await self.transaction(chunk)  # those the server had no room for: again, at once
 
-    async def transaction(self, chunk: tuple[str, ...]) -> None:
+    async def transaction(self, chunk: tuple[str, ...]) -> tuple[str, ...]:
+        """One transaction; the recipients to send again in the next one (RFC 5321 §4.5.3.1.10: a 452 after
+        some were accepted), or ()."""
         envelope, timeouts, label = self.envelope, self.target.timeouts, self.target.label
         utf8 = envelope.utf8_headers or not envelope.sender.isascii() or not all(r.isascii() for r in chunk)
         if utf8 and not self.offers("smtputf8"):
             reply = self.own(replies.NEEDS_SMTPUTF8, f"SMTPUTF8 is required, but was not offered by {label}")
             self.report.decide_rest(chunk, reply, RecipientState.FAILED)
-            return
+            return ()
         encoding = "utf-8" if utf8 else "ascii"
         mail = [b"MAIL", b"FROM:<" + envelope.sender.encode(encoding) + b">"]
         if self.offers("size"):
@@ -592,44 +612,53 @@ class _Session:
         if utf8:
             mail.append(b"SMTPUTF8")
         rcpts = [b"TO:<" + recipient.encode(encoding) + b">" for recipient in chunk]
-        if (self.offers("pipelining") and _can_pipeline(self.smtp)
+        if (self.access.pipelining and self.offers("pipelining")
                 and not self.send_group([(b" ".join(mail), timeouts.mail, "sending MAIL FROM"),
                                          *((b"RCPT " + to, timeouts.rcpt, "sending RCPT TO") for to in rcpts),
                                          (b"DATA", timeouts.data, "sending DATA")])):
-            return
+            return ()
         response = await self.command(*mail, timeout=timeouts.mail, doing="sending MAIL FROM")
         if response is None:
-            return
+            return ()
         self.answered = True
         if not 200 <= response.code < 300:
             reply = self.reply(response.code, response.message)
             self.report.decide_rest(chunk, reply, replies.state_of(reply))
+            self.refused = True
             await self.rset()
-            return
+            return ()
         accepted: list[str] = []
+        again: list[str] = []
         for recipient, to in zip(chunk, rcpts, strict=True):
             response = await self.command(b"RCPT", to, timeout=timeouts.rcpt, doing="sending RCPT TO")
             if response is None:
-                return
-            reply = self.reply(response.code, response.message)
+                return ()
             if 200 <= response.code < 300:
                 accepted.append(recipient)
+            elif replies.too_many_recipients(response.code, len(accepted)):
+                again.append(recipient)
             else:
+                reply = self.reply(response.code, response.message)
                 self.report.decide(recipient, reply, replies.state_of(reply))
+        self.refused = not accepted
+        if again:
+            logger.debug("%s took %d recipients of %d; the other %d go in the next transaction", label,
+                         len(accepted), len(chunk), len(again))
         if not accepted:
             await self.rset()
-            return
+            return ()
         response = await self.command(b"DATA", timeout=timeouts.data, doing="sending DATA")
         if response is None:
-            return
+            return ()
         if response.code != 354:
             reply = self.reply(response.code, response.message)
             if reply.status.startswith("2"):
                 reply = self.own(replies.MALFORMED, f"unexpected reply to DATA from {label}: {reply}")
             self.report.decide_rest(accepted, reply, replies.state_of(reply))
             await self.rset()
-            return
+            return tuple(again)
         await self.send_message(accepted)
+        return tuple(again)
 
     async def send_message(self, accepted: list[str]) -> None:
         assert self.smtp is not None
@@ -641,7 +670,7 @@ class _Session:
         self.doing = "sending the message"
         # aiosmtplib keeps incoming bytes only while a reply is expected: expect one now,
         # so a reply that comes while the message is still being written is not lost.
-        protocol._response_pending = True
+        self.access.expect_reply(protocol)
         try:
             # The end-of-data mark goes in the same write as the last block: written apart, it
             # reaches some servers (Postfix's smtp-sink) as a second small segment that waits out
@@ -650,11 +679,9 @@ class _Session:
             last = max(0, (len(data) - 1) // DATA_BLOCK_SIZE * DATA_BLOCK_SIZE)
             for start in range(0, last, DATA_BLOCK_SIZE):
                 protocol.write(view[start:start + DATA_BLOCK_SIZE])  # type: ignore[arg-type]  # any buffer
-                async with asyncio.timeout(timeouts.data_block):
-                    await protocol._drain_helper()
+                await self.access.drain(protocol, timeouts.data_block)
             protocol.write(bytes(view[last:]) + END_OF_DATA)
-            async with asyncio.timeout(timeouts.data_block):
-                await protocol._drain_helper()
+            await self.access.drain(protocol, timeouts.data_block)
         except TimeoutError:
             self.end(self.own(replies.NO_ANSWER, f"conversation with {label} timed out while sending the message"))
             return
@@ -664,7 +691,7 @@ class _Session:
         self.report.awaiting_reply.update(accepted)
         self.doing = "waiting for the reply to the end of data"
         try:
-            response = await _read_reply(protocol, timeouts.data_end)
+            response = await self.access.read_reply(protocol, timeouts.data_end)
         except Exception as exc:
             self.report.possibly_delivered.update(accepted)
             self.report.awaiting_reply.clear()
@@ -679,7 +706,7 @@ class _Session:
         reply = self.reply(response.code, response.message)
         self.report.decide_rest(accepted, reply, replies.state_of(reply))
         if response.code == 421:
-            self.end(reply)
+            self.end(reply, broken=False)
         else:
             logger.debug("%s answered the end of data for %d recipients: %s", label, len(accepted), reply)
 
@@ -687,56 +714,18 @@ class _Session:
         if self.smtp is None or not self.smtp.is_connected:
             return
         self.doing = "sending QUIT"
-        try:
-            await self.smtp.quit(timeout=min(self.target.timeouts.greeting, QUIT_TIMEOUT))
-        except Exception:  # the mail is decided; a QUIT that fails changes nothing
-            logger.debug("QUIT to %s failed", self.target.label)
+        smtp, self.smtp = self.smtp, None
+        await _quit(smtp, min(self.target.timeouts.greeting, QUIT_TIMEOUT))
 
 
-async def _read_reply(protocol: SMTPProtocol, timeout: float) -> SMTPResponse:
-    """The server's next reply, as `protocol.read_response(timeout)` reads it — but awaited on the
-    protocol's own future with one timer: `asyncio.wait_for` adds a future, two callbacks and a
-    turn of the event loop to every reply, two replies a message."""
-    waiter = protocol._response_waiter
-    if waiter is None:
-        raise SMTPServerDisconnected("Connection lost")
-    protocol._response_pending = True
-    loop = asyncio.get_running_loop()
-    timer = loop.call_later(timeout, _no_reply_in_time, waiter)
+async def _quit(smtp: aiosmtplib.SMTP, timeout: float) -> None:
+    """Say QUIT, wait at most `timeout` for the reply, and close the connection whatever happens."""
     try:
-        return await waiter
+        await smtp.quit(timeout=timeout)
+    except Exception:  # the mail is decided; a QUIT that fails changes nothing
+        logger.debug("QUIT to %s failed", smtp.hostname)
     finally:
-        timer.cancel()
-        protocol._response_pending = False
-        protocol._response_waiter = None if protocol.transport is None else loop.create_future()
-
-
-def _no_reply_in_time(waiter: asyncio.Future[SMTPResponse]) -> None:
-    if not waiter.done():
-        waiter.set_exception(SMTPReadTimeoutError("Timed out waiting for server response"))
-
-
-def _can_pipeline(smtp: aiosmtplib.SMTP | None) -> bool:
-    """Whether aiosmtplib's protocol has the parts a pipelined group reads replies with."""
-    protocol = smtp.protocol if smtp is not None else None
-    return all(hasattr(protocol, name) for name in ("_buffer", "_response_waiter", "_response_pending",
-                                                      "_read_response_from_buffer", "transport", "write"))
-
-
-def _keeping_data_received(protocol: SMTPProtocol) -> Callable[[bytes], None]:
-    """`protocol.data_received`, except that bytes arriving while a parsed reply waits to be picked
-    up are kept for the next read (aiosmtplib drops them: it expects one reply per command)."""
-    original = type(protocol).data_received
-
-    def data_received(data: bytes) -> None:
-        waiter = protocol._response_waiter
-        if waiter is not None and waiter.done() and protocol._response_pending:
-            if len(protocol._buffer) + len(data) <= MAX_RESPONSE_LENGTH:
-                protocol._buffer.extend(data)
-            return
-        original(protocol, data)
-
-    return data_received
+        smtp.close()
 
 
 def _size_limit(value: str) -> int:

@@ -24,6 +24,15 @@ from .masking import NO_SECRETS, SecretMask
 TlsPolicy = Literal["opportunistic", "starttls", "implicit", "none", "never"]
 
 
+class DestinationError(QueueError):
+    """A `QueueError` about one destination (a relay route's host, a recipient domain), which `destination`
+    names: the worker logs one WARNING per destination, problem and minute, not one per message."""
+
+    def __init__(self, code: str, message: str, *, destination: str) -> None:
+        super().__init__(code, message)
+        self.destination = destination
+
+
 @dataclass(frozen=True)
 class Target:
     """One server address to open a session with, and how."""
@@ -117,4 +126,4 @@ class Transport(Protocol):
     async def aclose(self) -> None: ...
 
 
-__all__ = ["Envelope", "SessionReport", "Target", "TlsPolicy", "Transport"]
+__all__ = ["DestinationError", "Envelope", "SessionReport", "Target", "TlsPolicy", "Transport"]

@@ -35,6 +35,7 @@ from ..stores.base import QueueStore
 from .batching import Batcher
 from .dsn import DsnKind, DsnReport, build_dsn, original_header_block
 from .events import Event, tell
+from .log_limit import LogLimit
 from .retries import delay_warning_due, expired, next_attempt_after, retry_until
 
 if TYPE_CHECKING:
@@ -155,6 +156,8 @@ class Worker:
         self.history = history
         self.rng = rng or random.Random()
         self.stats = WorkerStats()
+        #: the WARNINGs of delivery problems: one per destination, problem and minute
+        self._warnings = LogLimit()
         self._stopping = asyncio.Event()
         self._held: dict[uuid.UUID, _Attempt] = {}
         self._waiting: deque[_Attempt] = deque()
@@ -567,21 +570,16 @@ class Worker:
         events: list[Event] = []
         sender = type(self.store)
         if message_lost:
-            events.append(
-                (
-                    signals.error,
-                    {
-                        "error": QueueError(
-                            "MESSAGE_UNREADABLE",
-                            f"The message of {item.id} is unreadable: the store holds the item but not "
-                            "its message, so every pending recipient failed",
-                            item_id=item.id,
-                        ),
-                        "item_id": item.id,
-                    },
-                )
+            unreadable = QueueError(
+                "MESSAGE_UNREADABLE",
+                f"The message of {item.id} is unreadable: the store holds the item but not "
+                "its message, so every pending recipient failed",
+                item_id=item.id,
             )
+            self._warn(unreadable, item.id)
+            events.append((signals.error, {"error": unreadable, "item_id": item.id}))
         for problem in errors:
+            self._warn(problem, item.id)
             events.append((signals.error, {"error": problem, "item_id": item.id}))
         for address in sorted(possibly_delivered):
             lost = QueueError(
@@ -786,6 +784,15 @@ class Worker:
         self.stats.errors.append(error.code)
         logger.warning("error item=%s %s", item_id, error)
         await tell(type(self.store), [(signals.error, {"error": error, "item_id": item_id})])
+
+    def _warn(self, error: QueueError, item_id: uuid.UUID) -> None:
+        """The WARNING of an `error` the delivery reported: one per destination (else message), problem and
+        minute; how many were held back goes with the next."""
+        key = (error.code, getattr(error, "destination", None) or error.message)
+        held = self._warnings.admit(key, self.clock.now().timestamp())
+        if held is not None:
+            more = f" (and {held} more like it since the last such line)" if held else ""
+            logger.warning("error item=%s %s%s", item_id, error, more)
 
     def _log(self, item: QueueItem, outcome: RecipientOutcome) -> None:
         reply = outcome.reply

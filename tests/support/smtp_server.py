@@ -103,12 +103,16 @@ class RecordingHandler:
     `data_reply` the end of every message (default "250 2.0.0 OK").
     `data_check`: says what is wrong with a message's bytes; a message it
     finds fault with is refused (554) and the faults kept in `problems`.
+    `rcpt_limit`: the most recipients a transaction takes, more answered as
+    Postfix's `smtpd_recipient_limit` does ("452 4.5.3 Error: too many recipients").
     """
 
     def __init__(self, recorder: Recorder, *, rcpt_replies: dict[str, str] | None = None,
                  mail_reply: str | None = None, data_reply: str | None = None,
-                 data_check: Callable[[bytes], list[str]] | None = None) -> None:
+                 data_check: Callable[[bytes], list[str]] | None = None,
+                 rcpt_limit: int | None = None) -> None:
         self.recorder = recorder
+        self.rcpt_limit = rcpt_limit
         self.rcpt_replies = dict(rcpt_replies or {})
         self.mail_reply = mail_reply
         self.data_reply = data_reply
@@ -124,6 +128,8 @@ class RecordingHandler:
 
     async def handle_RCPT(self, server: SMTP, session: Session, envelope: Envelope, address: str,
                           rcpt_options: list[str]) -> str:
+        if self.rcpt_limit is not None and len(envelope.rcpt_tos) >= self.rcpt_limit:
+            return "452 4.5.3 Error: too many recipients"
         reply = self.rcpt_replies.get(address, "250 2.1.5 OK")
         if reply.startswith("2"):
             envelope.rcpt_tos.append(address)
@@ -224,7 +230,8 @@ class SmtpServer:
     only under TLS unless `auth_require_tls=False`); auth_required: refuse
     MAIL before AUTH; size_limit: the SIZE advertised and enforced (None:
     aiosmtpd's default 32 MiB, 0: no SIZE); smtputf8: offer SMTPUTF8;
-    pipelining: offer PIPELINING; data_check: see `RecordingHandler`.
+    pipelining: offer PIPELINING; data_check: see `RecordingHandler`; rcpt_limit: recipients a
+    transaction takes (then 452 4.5.3).
     """
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, *, starttls: bool = False,
@@ -233,13 +240,14 @@ class SmtpServer:
                  rcpt_replies: dict[str, str] | None = None, mail_reply: str | None = None,
                  data_reply: str | None = None, hostname: str = "mx.test.example",
                  ca: CertificateAuthority | None = None, pipelining: bool = False,
-                 data_check: Callable[[bytes], list[str]] | None = None) -> None:
+                 data_check: Callable[[bytes], list[str]] | None = None,
+                 rcpt_limit: int | None = None) -> None:
         self.host = host
         self.port = port or free_port((host,))
         self.recorder = Recorder()
         handler_class = PipeliningHandler if pipelining else RecordingHandler
         self.handler = handler_class(self.recorder, rcpt_replies=rcpt_replies, mail_reply=mail_reply,
-                                        data_reply=data_reply, data_check=data_check)
+                                        data_reply=data_reply, data_check=data_check, rcpt_limit=rcpt_limit)
         self.auth = auth
         ca = ca or certificate_authority()
         kwargs: dict[str, Any] = {
