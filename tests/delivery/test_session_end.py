@@ -14,7 +14,7 @@ from django_mailqueue.delivery.smtp import QUIT_TIMEOUT, SmtpTransport
 from django_mailqueue.items import RecipientState
 from tests.delivery.conftest import MESSAGE, MakeSettings, mx_domain
 from tests.support.dns_server import DnsServer
-from tests.support.smtp_server import SILENT, ServerPool
+from tests.support.smtp_server import SILENT, ServerPool, Trickle
 
 
 async def _closed(server_lines: list[bytes], expected: int) -> None:
@@ -62,7 +62,9 @@ async def test_a_connection_past_the_reuse_time_says_quit_when_the_cache_retires
 async def test_stopping_says_quit_to_every_cached_connection_at_once_within_the_bound(
     make_settings: MakeSettings, dns_server: DnsServer, smtp_servers: ServerPool
 ) -> None:
-    server = smtp_servers.scripted("127.0.0.2", replies={"QUIT": SILENT})  # never answers QUIT
+    # never answers QUIT; MAIL answered slowly, so the three sessions overlap and open three connections
+    slow_mail = Trickle(b"250 2.1.0 Ok\r\n", interval=0.03, forever=False)
+    server = smtp_servers.scripted("127.0.0.2", replies={"QUIT": SILENT, "MAIL": slow_mail})
     mx_domain(dns_server, "example.test", "127.0.0.2")
     deliverer = Deliverer(make_settings(), transport=SmtpTransport(cache_time=30))
     messages = [deliverer.deliver("s@origin.test", [f"r{n}@example.test"], MESSAGE) for n in range(3)]
