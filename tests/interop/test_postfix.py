@@ -11,20 +11,25 @@ import email
 import email.policy
 import random
 import re
+import signal
+import time
+from pathlib import Path
 from unittest import mock
 
 import pytest
 from django.core.checks import run_checks
-from django.core.mail import EmailMessage, EmailMultiAlternatives, send_mail
+from django.core.mail import EmailMessage, EmailMultiAlternatives, get_connection, send_mail
 from django.core.mail.backends.smtp import EmailBackend as DjangoSmtpBackend
 from django.core.mail.utils import DNS_NAME
 from django.test import override_settings
 
 from django_mailqueue.clock import SystemClock
+from django_mailqueue.delivery.smtp import CACHE_TIME
 from django_mailqueue.items import NewItem
 from django_mailqueue.stores import get_store
 from tests.interop.conftest import IDN_DOMAIN, SENDER, WORKER_HOSTNAME, Interop, SignalRecorder, work_once
 from tests.interop.postfix import disconnect_counts, strip_added_headers
+from tests.support.workers import WorkerProcess, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -35,6 +40,17 @@ def parse(data: bytes) -> email.message.EmailMessage:
 
 def header_block(data: bytes) -> bytes:
     return data.split(b"\n\n", 1)[0]
+
+
+def assert_every_session_quit(interop: Interop) -> list[dict[str, str]]:
+    sessions = interop.sessions()
+    log = interop.log()
+    abnormal = [line for line in log if "lost connection after" in line or "timeout after" in line]
+    assert abnormal == [], "sessions that did not end with QUIT:\n" + "\n".join(abnormal)
+    counts = [disconnect_counts(line) for line in sessions]
+    no_quit = [line for line, count in zip(sessions, counts, strict=True) if count.get("quit") != "1"]
+    assert no_quit == [], "sessions that did not end with QUIT:\n" + "\n".join(no_quit)
+    return counts
 
 
 def rich_message() -> EmailMultiAlternatives:
@@ -139,6 +155,31 @@ def test_the_check_warns_about_every_ehlo_name_postfix_refuses(
         assert warned == (name in ("localhost.localdomain",)), f"check warned {warned} about {name!r}"
 
 
+def test_fifteen_recipients_against_a_limit_of_ten_are_delivered_in_one_attempt(
+    interop: Interop, received: SignalRecorder
+) -> None:
+    mx = interop.server
+    recipients = [f"many{n:02}@example.test" for n in range(1, 16)]
+    assert send_mail("Fifteen", "To fifteen.\n", SENDER, recipients) == 1
+    work_once()
+    assert received.of("deferred") == [], [event["reply"] for event in received.of("deferred")]
+    delivered = received.of("delivered")
+    assert sorted(event["recipient"] for event in delivered) == recipients
+    assert {event["attempt"] for event in delivered} == {1}
+    assert get_store().count() == 0
+    mx.wait_for_mail(dict.fromkeys(recipients, 1))
+    # One session, two transactions: Postfix took 10 recipients, answered the rest "452 4.5.3 Error: too
+    # many recipients" (it logs no line for that reply), and took the other 5 in the second.
+    (session,) = [disconnect_counts(line) for line in interop.sessions()]
+    assert (session["mail"], session["data"], session.get("quit")) == ("2", "2", "1"), session
+    queued = [
+        int(n)
+        for n in re.findall(r"qmgr\[\d+\]: \w+: from=<sender@origin\.test>, .*nrcpt=(\d+)", "\n".join(interop.log()))
+    ]
+    assert sorted(queued) == [5, 10]
+    assert len({parse(mx.mailbox(r)[0])["Message-ID"] for r in recipients}) == 1
+
+
 def test_an_unknown_user_fails_with_a_dsn_that_postfix_delivers(interop: Interop, received: SignalRecorder) -> None:
     mx = interop.server
     assert send_mail("Doomed", "Body.\n", SENDER, ["user@example.test", "nobody@example.test"]) == 1
@@ -197,3 +238,52 @@ def test_starttls_is_used_on_every_session(interop: Interop) -> None:
     counts = [disconnect_counts(line) for line in interop.sessions()]
     assert counts and all(count.get("starttls") == "1" for count in counts), counts
     assert any("TLS connection established from" in line for line in interop.log())
+
+
+def test_a_session_whose_recipients_were_all_refused_is_not_used_again(interop: Interop) -> None:
+    # Postfix counts each refused RCPT against the session (smtpd_soft_error_limit = 10: every reply
+    # after that is slowed by smtpd_error_sleep_time; at smtpd_hard_error_limit = 20 it answers 421).
+    # One worker slot, so the messages go one after the other, each to an unknown user (no DSNs).
+    with override_settings(MAILQUEUE=interop.mailqueue(DSN=False)):
+        for n in range(15):
+            assert send_mail(f"Unknown {n}", "Body.\n", SENDER, ["nobody@example.test"]) == 1
+        summary = work_once("--concurrency", "1")
+    assert ", 15 failed," in summary, summary
+    counts = assert_every_session_quit(interop)
+    reused = [count for count in counts if count.get("mail", "0") not in ("0", "1")]
+    assert reused == [], f"sessions with more than one transaction after all recipients were refused: {reused}"
+    assert not [line for line in interop.log() if " 421 " in line or "too many errors" in line]
+
+
+@pytest.mark.slow
+def test_two_hundred_messages_to_three_recipients_exactly_once_every_session_ending_in_quit(
+    interop: Interop, tmp_path: Path
+) -> None:
+    # A worker process running as in production: two waves with a pause longer than the connection
+    # cache keeps an idle session, so sessions end by idle expiry and by the worker's stop, not only
+    # by `--once` finishing. Postfix logs a session that ended without QUIT ("lost connection after").
+    mx = interop.server
+    recipients = ["bulk1@example.test", "bulk2@example.test", "bulk3@example.test"]
+    messages = [
+        EmailMessage(f"Bulk {n}", f"Message {n}.\n", SENDER, recipients, headers={"Message-ID": f"<bulk-{n}@interop>"})
+        for n in range(200)
+    ]
+    worker = WorkerProcess(interop.mailqueue(), tmp_path=tmp_path, name="interop-bulk")
+    try:
+        assert get_connection().send_messages(messages[:100]) == 100
+        mx.wait_for_mail(dict.fromkeys(recipients, 100))
+        time.sleep(CACHE_TIME + 1.5)
+        assert get_connection().send_messages(messages[100:]) == 100
+        mx.wait_for_mail(dict.fromkeys(recipients, 200))
+        wait_until(lambda: get_store().count() == 0, 20, "the queue to empty")
+        worker.signal(signal.SIGTERM)
+        assert worker.wait(30) == 0
+        output = worker.stdout + worker.stderr
+    finally:
+        worker.close()
+    assert ", 600 delivered, 0 deferred, 0 failed," in output, output
+    counts = assert_every_session_quit(interop)
+    for recipient in recipients:
+        ids = [parse(data)["Message-ID"] for data in mx.mailbox(recipient)]
+        assert sorted(ids) == sorted(f"<bulk-{n}@interop>" for n in range(200)), recipient
+    assert sum(int(count["data"]) for count in counts if "data" in count) == 200
