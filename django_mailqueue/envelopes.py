@@ -9,7 +9,6 @@ from collections.abc import Callable
 from datetime import UTC, date, datetime, time
 from email.errors import NonASCIILocalPartDefect
 from email.message import Message
-from email.mime.base import MIMEBase
 from typing import Any
 
 from django.core.mail import EmailMessage
@@ -18,7 +17,7 @@ from django.utils.encoding import force_str
 from .conf import get_settings
 from .exceptions import QueueError
 from .items import DEFAULT_QUEUE, NewItem
-from .mime import plain_message_bytes
+from .mime import django_message, plain_message_bytes, wire_bytes
 from .routes import MxRoute, Route
 from .text import fits_a_header, refuse_controls, refuse_in_header, refuse_unkeepable
 
@@ -69,12 +68,10 @@ def message_to_item(
         if written is not None:
             data, message_id = written
         else:
-            mime = message.message()
+            mime = django_message(message)
             if _has_foreign_parts(message):
                 _check_headers(mime)
-            data = mime.as_bytes(linesep="\r\n")  # type: ignore[call-arg]  # Django's SafeMIME takes linesep
-            if not data.endswith(b"\r\n"):
-                data += b"\r\n"  # as smtplib's data() ends every message
+            data = wire_bytes(mime)
             message_id = str(mime.get("Message-ID", "") or "")
     except QueueError:
         raise
@@ -149,7 +146,7 @@ def _check_fields(message: EmailMessage) -> None:
         _check_mime_type(mimetype, "an alternative's MIME type")
         _check_text_part(content, f"the {mimetype} alternative")
     for attachment in message.attachments:
-        if isinstance(attachment, MIMEBase):
+        if isinstance(attachment, Message):  # a MIMEBase, or (Django 6) a MIMEPart
             continue  # its own headers are checked in the message Django makes (`_check_headers`)
         filename, content, mimetype = attachment
         if filename is not None and not (isinstance(filename, str) and fits_a_header(filename)):
@@ -165,9 +162,10 @@ def _check_fields(message: EmailMessage) -> None:
 
 
 def _has_foreign_parts(message: EmailMessage) -> bool:
-    """Whether Django will attach parts whose headers it did not write: a `MIMEBase`, an attached message."""
+    """Whether Django will attach parts whose headers it did not write: a `MIMEBase` or `MIMEPart`, an attached
+    message."""
     return any(
-        isinstance(a, MIMEBase) or (isinstance(a[2], str) and a[2].startswith("message/")) for a in message.attachments
+        isinstance(a, Message) or (isinstance(a[2], str) and a[2].startswith("message/")) for a in message.attachments
     )
 
 

@@ -1,9 +1,11 @@
-"""Plain-text messages written without the `email` package: the same bytes as Django's, ten times sooner."""
+"""A message's bytes as Django's SMTP backend sends them; plain-text ones written without the `email` package."""
 
 from __future__ import annotations
 
+import email.policy
 import re
 from collections.abc import Sequence
+from email.message import Message
 from email.utils import formatdate, make_msgid
 
 import django
@@ -21,8 +23,27 @@ _LINE_END = re.compile(r"\r\n|\r|\n")
 _PLAIN_HEADER = re.compile(r"[\x21-\x7e]+(?: [\x21-\x7e]+)*")
 #: `Header.encode` splits a value at these even when it fits; values holding them go the long way.
 _HEADER_SPLIT = re.compile(r"[;,\t]\S|=\?")
-#: Django's message() from 4.2 to 5.2; 6.0 writes messages with the modern `email` API.
-SUPPORTED = django.VERSION[:2] < (6, 0)
+#: Django 6.0 writes messages with the modern `email` API, and its SMTP backend with the SMTP policy.
+MODERN_EMAIL = django.VERSION[:2] >= (6, 0)
+#: Django's message() from 4.2 to 5.2: the one the fast path writes.
+SUPPORTED = not MODERN_EMAIL
+
+
+def django_message(message: EmailMessage) -> Message:
+    """The `email` message Django's SMTP backend makes of `message` (its headers, its parts)."""
+    if MODERN_EMAIL:
+        return message.message(policy=email.policy.SMTP)
+    return message.message()
+
+
+def wire_bytes(written: Message) -> bytes:
+    """`written` (from `django_message`) as Django's SMTP backend hands it to smtplib: CRLF line
+    endings, ending in CRLF (smtplib adds one when missing)."""
+    if MODERN_EMAIL:
+        data = written.as_bytes()  # the SMTP policy's line ending is CRLF
+    else:
+        data = written.as_bytes(linesep="\r\n")  # type: ignore[call-arg]  # Django's SafeMIME takes linesep
+    return data if data.endswith(b"\r\n") else data + b"\r\n"
 
 
 def plain_message_bytes(message: EmailMessage) -> tuple[bytes, str] | None:

@@ -8,6 +8,7 @@ import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
+import django
 import pytest
 from aiosmtpd.controller import Controller
 from django.core import mail
@@ -73,7 +74,16 @@ def _messages() -> list[EmailMessage]:
     long_headers = EmailMessage("A subject " + "that goes on and on " * 12, "body", "from@example.com",
                                 [f"person{i}@example.org" for i in range(30)],
                                 headers={"X-Long": "value " * 60, "Reply-To": "reply@example.com"})
-    return [plain, html, attached, utf8, idn, long_headers]
+    messages = [plain, html, attached, utf8, idn, long_headers]
+    if django.VERSION[:2] >= (6, 0):  # Django 6 attaches an `email.message.MIMEPart` as it is
+        from email.message import MIMEPart
+
+        part = MIMEPart()
+        part.set_content(b"\x00\x01binary", "application", "octet-stream", filename="part.bin")
+        with_part = EmailMessage("Part", "see the part", "from@example.com", ["to@example.org"])
+        with_part.attach(part)  # type: ignore[arg-type]  # 6.0's signature
+        messages.append(with_part)
+    return messages
 
 
 def test_stored_bytes_equal_what_the_smtp_backend_sends(smtp_capture: tuple[int, _Capture]) -> None:

@@ -175,7 +175,8 @@ def test_the_preview_reads_headers_parts_and_attachments() -> None:
     seen = preview_message(item.message)
     assert ("Subject", "Ünïcode subject") in seen.headers
     assert seen.text == "Plain text body\n"
-    assert seen.html == "<p>Hi</p>" and seen.html_source is not None and "<script>" in seen.html_source
+    # Django 6 ends a text part with a newline
+    assert seen.html.rstrip("\n") == "<p>Hi</p>" and seen.html_source is not None and "<script>" in seen.html_source
     assert [(a.filename, a.content_type, a.size) for a in seen.attachments] == [
         ("report.csv", "text/csv", 10),  # as sent: CRLF line endings
         ("photo.png", "image/png", len(PIXEL)),

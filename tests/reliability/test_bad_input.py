@@ -6,7 +6,7 @@ examples per property (60 by default), no deadline.
 
 - At the backend: `QueueEmailBackend.send_messages` with arbitrary headers,
   addresses, bodies, sizes and recipient counts either queues one item
-  whose bytes are exactly Django's `message().as_bytes(linesep="\\r\\n")`
+  whose bytes are exactly what Django's SMTP backend sends (`tests/support/django_mail.py`)
   and whose envelope is `from_email` / `to + cc + bcc` as Django's SMTP
   backend would send them — or raises `QueueError` (`INVALID`,
   `TOO_LARGE`) with a message, storing nothing. Never another exception.
@@ -49,6 +49,7 @@ from django_mailqueue.stores.memory import MemoryStore
 from django_mailqueue.stores.orm import OrmStore
 from tests.reliability.conftest import RELIABILITY
 from tests.support.databases import DATABASES
+from tests.support.django_mail import smtp_backend_bytes
 from tests.support.dns_server import DnsServer
 from tests.support.redis_server import delete_prefix, unique_prefix
 from tests.support.smtp_server import ScriptedSmtpServer
@@ -172,9 +173,7 @@ def backend_queues_exactly_or_refuses_clearly(message: EmailMessage, limit: int)
     assert sent == 1
     event("queued")
     (item,) = store.list()
-    expected = message.message().as_bytes(linesep="\r\n")  # type: ignore[call-arg]
-    if not expected.endswith(b"\r\n"):
-        expected += b"\r\n"
+    expected = smtp_backend_bytes(message)
     assert store.read_message(item.id) == expected
     assert not BARE.search(expected)
     assert len(expected) <= limit

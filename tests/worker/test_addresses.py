@@ -17,6 +17,7 @@ from django.utils.translation import gettext_lazy
 from django_mailqueue.exceptions import QueueError, QueueInputError
 from django_mailqueue.stores import get_store
 from tests.support.databases import DATABASES
+from tests.support.django_mail import smtp_backend_bytes
 from tests.support.smtp_server import ServerPool
 from tests.worker.conftest import MailWorld, SignalRecorder
 
@@ -40,7 +41,7 @@ def test_utf8_addresses_from_send_mail_go_out_in_utf8_with_smtputf8(
     mail_world.dns.mx("example.test", (10, "mx.dest.test"))
     mail_world.dns.mx("xn--bcher-kva.test", (10, "mx.dest.test"))
     fields = ("Grüße", "Body.\n", "Jösé Sender <jösé@origin.test>", ["jösé@example.test", "Zoë <zoë@bücher.test>"])
-    as_django_writes_it = without_fresh_headers(EmailMessage(*fields).message().as_bytes(linesep="\r\n"))  # type: ignore[call-arg]
+    as_django_writes_it = without_fresh_headers(smtp_backend_bytes(EmailMessage(*fields)))
     with override_settings(MAILQUEUE=mail_world.mailqueue(store_config)):
         send_mail(*fields)
         (item,) = get_store().list()
