@@ -54,6 +54,7 @@ def message_to_item(
     except Exception as exc:  # a field of a type Django does not take either (an attachment not a triple, ...)
         raise QueueError("INVALID", f"a field of the message cannot be read: {type(exc).__name__}: {exc}") from exc
     sender = _envelope_address(message.from_email, "the sender")
+    domainless = bool(sender) and "@" not in sender
     recipients: list[str] = []
     for raw in recipients_raw:
         address = _envelope_address(raw, f"recipient {raw!r}")
@@ -61,7 +62,8 @@ def message_to_item(
             raise QueueError("INVALID", f"recipient {raw!r} is empty")
         if address not in recipients:
             recipients.append(address)
-    if (sender and "@" not in sender) or not all("@" in r for r in recipients):
+            domainless = domainless or "@" not in address
+    if domainless:
         _refuse_domainless_to_mx(sender, recipients, route_for or get_settings().route_for)
     try:
         written = plain_message_bytes(message)
@@ -213,6 +215,8 @@ _NO_DOMAIN = "addr-spec local part with no domain"
 
 
 def _envelope_address(raw: Any, what: str) -> str:
+    if type(raw) is str and _PLAIN_ADDRESS.fullmatch(raw):
+        return raw  # most addresses: nothing more to do
     if isinstance(raw, tuple | list) and len(raw) == 2:  # (display name, address), as Django also takes one
         raw = raw[1]
     if raw is None:
