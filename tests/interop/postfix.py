@@ -9,7 +9,7 @@ Nothing of the system's mail setup is read or changed: the instance has its own
 `config_directory` (a main.cf and a master.cf with only the services it needs),
 `queue_directory`, `data_directory` and maillog file, listens on one loopback
 address and a free port, relays nothing (every non-virtual transport is
-`error:`), and is stopped by `stop()`. It is configured strictly, as the
+`error:`), and is stopped by `stop()`, or when the process that started it dies. It is configured strictly, as the
 MX of issue 18 was (see `STRICT`). Postfix's master runs as root and its
 daemons as the `postfix` user the package creates; `unavailable()` says why
 this machine cannot run one.
@@ -21,7 +21,6 @@ import os
 import pwd
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
@@ -34,6 +33,10 @@ from tests.support.certs import CertificateAuthority
 
 POSTFIX = shutil.which("postfix") or "/usr/sbin/postfix"
 POSTCONF = shutil.which("postconf") or "/usr/sbin/postconf"
+#: master(8), in Debian's daemon_directory.
+MASTER = "/usr/lib/postfix/sbin/master"
+#: Runs "$0 $@" (master) in the background, waits for its stdin to close, then stops master and waits for it.
+WATCHDOG = '"$0" "$@" & master=$!; read -r _; kill -TERM "$master"; wait "$master"'
 MAIL_OWNER = "postfix"
 
 #: The strict MX of issue 18, as main.cf lines.
@@ -77,7 +80,7 @@ _DISCONNECT = re.compile(r"postfix/smtpd\[\d+\]: disconnect from (?P<client>\S+)
 
 def unavailable() -> str:
     """Why this machine cannot run the test Postfix; "" when it can."""
-    if not Path(POSTFIX).exists() or not Path(POSTCONF).exists():
+    if not all(Path(program).exists() for program in (POSTFIX, POSTCONF, MASTER)):
         return (
             "Postfix is not installed (Debian: DEBIAN_FRONTEND=noninteractive apt-get install postfix "
             "with debconf's 'No configuration'; .ci/run does this)"
@@ -145,6 +148,7 @@ class PostfixServer:
         self.ca = ca
         self.port = 0
         self.root: Path | None = None
+        self._master: subprocess.Popen[bytes] | None = None
 
     # --- files -------------------------------------------------------------------------
 
@@ -233,12 +237,26 @@ class PostfixServer:
         self.root.chmod(0o755)
         self.port = free_port(self.host)
         self._write_config()
-        started = self._postfix("start")
-        if started.returncode != 0:
-            log = self.maillog.read_text(errors="replace") if self.maillog.exists() else ""
+        # `postfix check` makes the queue's directories, as `postfix start` does before it starts master(8).
+        checked = self._postfix("check")
+        if checked.returncode != 0:
             self.stop()
-            raise RuntimeError(f"postfix start failed ({started.returncode}): {started.stderr}{started.stdout}\n{log}")
-        self._wait_until_listening()
+            raise RuntimeError(f"postfix check failed ({checked.returncode}): {checked.stderr}{checked.stdout}")
+        # master(8) in the foreground under a watchdog shell that reads a pipe from this process: when
+        # the pipe closes (stop(), or this process dying, even by SIGKILL) it sends master SIGTERM, and
+        # master stops its daemons, so a test run that is killed leaves no Postfix running.
+        self._master = subprocess.Popen(
+            ["/bin/sh", "-c", WATCHDOG, MASTER, "-c", str(self.config_directory), "-s"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        try:
+            self._wait_until_listening()
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     def _wait_until_listening(self, timeout: float = 15) -> None:
@@ -262,23 +280,19 @@ class PostfixServer:
                 raise RuntimeError(f"Postfix did not log the probe's session:\n{self.log_since(0)}")
             time.sleep(0.05)
 
-    def master_pid(self) -> int | None:
-        pid_file = self.directory / "queue" / "pid" / "master.pid"
-        try:
-            return int(pid_file.read_text().split()[0])
-        except (OSError, ValueError, IndexError):
-            return None
-
     def stop(self) -> None:
-        """Stop the instance (its master and daemons) and remove its directory."""
-        if self.root is None:
-            return
-        if self.master_pid() is not None:
-            self._postfix("stop")
-            pid = self.master_pid()
-            if pid is not None and _alive(pid):  # `postfix stop` gave up after 5 s
-                os.kill(pid, signal.SIGKILL)
-        shutil.rmtree(self.root, ignore_errors=True)
+        """Stop the instance (master(8) stops its daemons on SIGTERM) and remove its directory."""
+        watchdog, self._master = self._master, None
+        if watchdog is not None:
+            assert watchdog.stdin is not None
+            watchdog.stdin.close()
+            try:
+                watchdog.wait(15)
+            except subprocess.TimeoutExpired:
+                watchdog.kill()
+                watchdog.wait(5)
+        if self.root is not None:
+            shutil.rmtree(self.root, ignore_errors=True)
         self.root = None
 
     def __enter__(self) -> PostfixServer:
@@ -334,14 +348,6 @@ class PostfixServer:
                 have = {address: len(self.mailbox(address)) for address in counts}
                 raise AssertionError(f"mail did not arrive within {timeout} s: have {have}, want {counts}")
             time.sleep(0.05)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 __all__ = [
