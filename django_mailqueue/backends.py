@@ -9,11 +9,11 @@ from typing import Any
 from django.core.mail import EmailMessage
 from django.core.mail.backends.base import BaseEmailBackend
 
-from .clock import Clock, SystemClock
 from .conf import get_settings
+from .core.clock import Clock, SystemClock
+from .core.errors import QueueError
+from .core.items import NewItem
 from .envelopes import message_to_item, recipients_of
-from .exceptions import QueueError
-from .items import NewItem
 from .stores import QueueStore, get_store
 
 logger = logging.getLogger("django_mailqueue")

@@ -10,7 +10,7 @@ from django.core import checks
 from django.core.checks import CheckMessage, Error, Tags, register
 
 from .conf import get_settings, settings_problems
-from .exceptions import QueueSettingsError
+from .core.errors import QueueSettingsError
 from .routes import MxRoute, describe
 
 

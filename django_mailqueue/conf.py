@@ -15,7 +15,7 @@ from django.dispatch import receiver
 from django.utils.module_loading import import_string
 
 from . import validation as rules
-from .exceptions import QueueSettingsError
+from .core.errors import QueueSettingsError
 from .routes import MxRoute as MxRoute  # the route types are named here too: the settings hold them
 from .routes import RelayRoute as RelayRoute
 from .routes import Route as Route

@@ -15,11 +15,11 @@ from django.core.mail import EmailMessage
 from django.utils.encoding import force_str
 
 from .conf import get_settings
-from .exceptions import QueueError
-from .items import DEFAULT_QUEUE, NewItem
+from .core.errors import QueueError
+from .core.items import DEFAULT_QUEUE, NewItem
+from .core.text import fits_a_header, refuse_controls, refuse_in_header, refuse_unkeepable
 from .mime import django_message, plain_message_bytes, wire_bytes
 from .routes import MxRoute, Route
-from .text import fits_a_header, refuse_controls, refuse_in_header, refuse_unkeepable
 
 #: The `EmailMessage` attribute naming the item's queue (lane); "default" when unset.
 QUEUE_ATTRIBUTE = "queue"

@@ -13,10 +13,10 @@ from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Field
 
-from .binding import binary_cursor
-from .dbthreads import DatabaseThreads, drop_if_broken
-from .items import QueueItem, RecipientOutcome, RecipientState, address_domain
+from .core.items import QueueItem, RecipientOutcome, RecipientState, address_domain
 from .models import DeliveryRecord
+from .stores.dbthreads import DatabaseThreads, drop_if_broken
+from .stores.pg_binding import binary_cursor
 from .stores.sqlite_wait import wait_for_lock
 
 logger = logging.getLogger("django_mailqueue")

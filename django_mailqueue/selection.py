@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from .items import ItemQuery, ItemState, QueueItem, matches
+from .core.items import ItemQuery, ItemState, QueueItem, matches
 from .stores.base import QueueStore
 
 #: items read from the store at a time while walking a filter

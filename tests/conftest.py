@@ -11,8 +11,8 @@ pytest.register_assert_rewrite("django_mailqueue.testing")
 
 from django.conf import settings  # noqa: E402
 
-from django_mailqueue.clock import FakeClock  # noqa: E402
 from django_mailqueue.conf import get_settings  # noqa: E402
+from django_mailqueue.core.clock import FakeClock  # noqa: E402
 from django_mailqueue.stores import reset_store  # noqa: E402
 from tests.support.services import REQUIRED, redis_reachable, skip_or_fail  # noqa: E402
 

@@ -14,9 +14,9 @@ import pytest
 from django.core.mail import EmailMessage, EmailMultiAlternatives, get_connection, send_mail
 
 from django_mailqueue.backends import QueueEmailBackend
+from django_mailqueue.core.text import LINE_BREAKS
 from django_mailqueue.exceptions import QueueError
 from django_mailqueue.stores.memory import MemoryStore
-from django_mailqueue.text import LINE_BREAKS
 
 SENDER = "sender@origin.test"
 RECIPIENT = "someone@dest.test"

@@ -11,8 +11,8 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from django_mailqueue.clock import SystemClock
-from django_mailqueue.items import Completion, NewItem, RecipientOutcome, RecipientState, Reply
+from django_mailqueue.core.clock import SystemClock
+from django_mailqueue.core.items import Completion, NewItem, RecipientOutcome, RecipientState, Reply
 from django_mailqueue.models import DeliveryRecord
 from django_mailqueue.stores import get_store
 

@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 import pytest
 from django.conf import settings
 
+from django_mailqueue.core.items import QueueItem, Recipient, RecipientOutcome, RecipientState, Reply
 from django_mailqueue.history import History, HistoryEntry
-from django_mailqueue.items import QueueItem, Recipient, RecipientOutcome, RecipientState, Reply
 from django_mailqueue.models import DeliveryRecord
 
 ALIASES = ["default", pytest.param("pg", marks=pytest.mark.postgres)]

@@ -16,8 +16,8 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from django_mailqueue import selection
-from django_mailqueue.clock import SystemClock
-from django_mailqueue.items import Completion, NewItem, QueueItem, RecipientOutcome, RecipientState, Reply
+from django_mailqueue.core.clock import SystemClock
+from django_mailqueue.core.items import Completion, NewItem, QueueItem, RecipientOutcome, RecipientState, Reply
 from django_mailqueue.stores import get_store
 from django_mailqueue.stores.base import QueueStore
 from tests.support.databases import DATABASES

@@ -11,8 +11,8 @@ from django.contrib.admin.models import CHANGE, DELETION, LogEntry
 from django.contrib.contenttypes.models import ContentType
 from django.http import HttpRequest
 
-from ..exceptions import QueueError
-from ..items import QueueItem
+from ..core.errors import QueueError
+from ..core.items import QueueItem
 from ..models import QueuedItem
 from ..stores.base import QueueStore
 

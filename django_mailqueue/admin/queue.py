@@ -24,11 +24,10 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 
-from ..clock import Clock, SystemClock
-from ..exceptions import QueueError
-from ..items import ItemQuery, ItemState, QueueItem, RecipientState
+from ..core.clock import Clock, SystemClock
+from ..core.errors import QueueError
+from ..core.items import ItemQuery, ItemState, QueueItem, RecipientState
 from ..models import QueuedItem
-from ..preview import PREVIEW_CSP, MessagePreview, preview_message
 from ..selection import domain_filter
 from ..stores import get_store
 from .actions import (
@@ -47,6 +46,7 @@ from .actions import (
 )
 from .headers import secure_urls
 from .overview import history_alias, hourly_outcomes
+from .preview import PREVIEW_CSP, MessagePreview, preview_message
 
 #: The filters the list takes from its query string.
 STATE_PARAM, QUEUE_PARAM, DOMAIN_PARAM, SEARCH_PARAM, PAGE_PARAM = "state", "queue", "domain", "q", "p"

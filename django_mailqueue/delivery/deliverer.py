@@ -10,10 +10,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from ..clock import Clock, SystemClock
 from ..conf import MxRoute, QueueSettings, RelayRoute, Route
-from ..exceptions import QueueError
-from ..items import RecipientOutcome, RecipientState, Reply
+from ..core.clock import Clock, SystemClock
+from ..core.errors import QueueError
+from ..core.items import RecipientOutcome, RecipientState, Reply
 from . import replies
 from .addresses import EnvelopeAddress, parse_address, parse_sender
 from .masking import SecretMask

@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from ..items import RecipientState, Reply
-from ..text import clean_reply_text
+from ..core.items import RecipientState, Reply
+from ..core.text import clean_reply_text
 
 # --- the queue's own enhanced status codes -------------------------------------------
 

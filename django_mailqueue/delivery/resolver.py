@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     import dns.resolver
 
 from ..conf import DnsSettings
-from ..items import Reply
+from ..core.items import Reply
 from . import replies
 
 logger = logging.getLogger("django_mailqueue.delivery")

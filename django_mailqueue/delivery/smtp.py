@@ -42,7 +42,7 @@ from aiosmtplib import (
 )
 from aiosmtplib.response import SMTPResponse
 
-from ..items import RecipientState, Reply
+from ..core.items import RecipientState, Reply
 from . import aiosmtplib_adapter, replies
 from .aiosmtplib_adapter import Access
 from .transport import DestinationError, Envelope, SessionReport, Target

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from ..conf import Timeouts
-from ..exceptions import QueueError
-from ..items import RecipientOutcome, RecipientState, Reply
+from ..core.errors import QueueError
+from ..core.items import RecipientOutcome, RecipientState, Reply
 from .masking import NO_SECRETS, SecretMask
 
 #: How a session uses TLS: `opportunistic` (MX routes: STARTTLS when offered,

@@ -11,9 +11,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, OutputWrapper
 
-from ..clock import SystemClock
-from ..exceptions import QueueError
-from ..items import ItemState
+from ..core.clock import SystemClock
+from ..core.errors import QueueError
+from ..core.items import ItemState
 from ..selection import Action, BulkReport, Outcome, Selection, domain_filter, parse_age, run_action
 from ..stores import get_store
 

@@ -10,10 +10,10 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
-from ..exceptions import QueueError
-from ..items import CompleteRequest, Completion, ItemQuery, NewItem, QueueItem, RecipientOutcome
-from ..status import QueueSummary
-from ..text import refuse_line_breaks, refuse_unkeepable
+from ..core.errors import QueueError
+from ..core.items import CompleteRequest, Completion, ItemQuery, NewItem, QueueItem, RecipientOutcome
+from ..core.status import QueueSummary
+from ..core.text import refuse_line_breaks, refuse_unkeepable
 
 _T = TypeVar("_T")
 

@@ -12,8 +12,8 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from ..exceptions import QueueError
-from ..items import (
+from ..core.errors import QueueError
+from ..core.items import (
     Completion,
     ItemQuery,
     NewItem,

@@ -18,11 +18,9 @@ from django.db import DatabaseError, connections, models, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import F, Q
 
-from ..binding import binary_cursor
-from ..clock import from_micros, to_micros
-from ..dbthreads import DatabaseThreads, drop_if_broken
-from ..exceptions import QueueError
-from ..items import (
+from ..core.clock import from_micros, to_micros
+from ..core.errors import QueueError
+from ..core.items import (
     CompleteRequest,
     Completion,
     ItemQuery,
@@ -33,10 +31,12 @@ from ..items import (
     RecipientState,
     address_domain,
 )
+from ..core.status import QueueSummary
 from ..models import QueuedItem, QueuedMessage, QueuedRecipient, QueueLock
-from ..status import QueueSummary
 from .base import READ_CHUNK, QueueStore, check_completion, check_new_item, check_owner
+from .dbthreads import DatabaseThreads, drop_if_broken
 from .orm_rows import ITEM_FIELDS, CompletionPlan, ItemRow, OrmRows, SqlRows, due, plan_completions, to_item
+from .pg_binding import binary_cursor
 from .sqlite_wait import wait_for_lock
 
 if TYPE_CHECKING:

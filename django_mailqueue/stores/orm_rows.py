@@ -14,11 +14,11 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 from django.db.models import F, Q
 
-from ..binding import binary_cursor, in_binary
-from ..clock import from_micros, to_micros
-from ..exceptions import QueueError
-from ..items import CompleteRequest, QueueItem, Recipient, RecipientState, Reply, apply_completion
+from ..core.clock import from_micros, to_micros
+from ..core.errors import QueueError
+from ..core.items import CompleteRequest, QueueItem, Recipient, RecipientState, Reply, apply_completion
 from ..models import QueuedItem, QueuedMessage, QueuedRecipient
+from .pg_binding import binary_cursor, in_binary
 
 #: An item's row, its columns in this order.
 ITEM_FIELDS = ("seq", "id", "sender", "size", "created", "next_attempt", "attempts", "queue", "owner",

@@ -21,9 +21,9 @@ import redis
 import redis.asyncio
 import redis.asyncio.client
 
-from ..clock import from_micros, to_micros
-from ..exceptions import QueueError
-from ..items import (
+from ..core.clock import from_micros, to_micros
+from ..core.errors import QueueError
+from ..core.items import (
     CompleteRequest,
     Completion,
     ItemQuery,

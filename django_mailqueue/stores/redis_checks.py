@@ -6,7 +6,7 @@ from django.core import checks
 from django.core.checks import CheckMessage
 from django.utils.module_loading import import_string
 
-from ..exceptions import QueueError
+from ..core.errors import QueueError
 
 HINT = (
     "Run the queue's Redis with maxmemory-policy noeviction (redis.conf, or CONFIG SET maxmemory-policy "

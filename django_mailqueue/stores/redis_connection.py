@@ -17,7 +17,7 @@ import redis.backoff
 import redis.connection
 import redis.retry
 
-from ..exceptions import QueueError
+from ..core.errors import QueueError
 
 #: The keys `OPTIONS` may hold.
 OPTION_NAMES = frozenset({"url", "password", "cache", "key_prefix", "on_commit", "socket_timeout"})

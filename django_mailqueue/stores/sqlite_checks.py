@@ -10,7 +10,7 @@ from django.core import checks
 from django.core.checks import CheckMessage
 from django.utils.module_loading import import_string
 
-from ..exceptions import QueueError
+from ..core.errors import QueueError
 
 #: Seconds a connection waits for SQLite's write lock that this check recommends (Django's default: 5).
 TIMEOUT = 20

@@ -1,6 +1,6 @@
 """Test helpers for projects and store authors: the store contract suite and a fake clock."""
 
-from ..clock import FakeClock
+from ..core.clock import FakeClock
 from .contract import QueueStoreContract
 
 __all__ = ["FakeClock", "QueueStoreContract"]

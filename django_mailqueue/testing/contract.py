@@ -27,8 +27,8 @@ from typing import Any
 
 import pytest
 
-from ..exceptions import QueueError
-from ..items import (
+from ..core.errors import QueueError
+from ..core.items import (
     CompleteRequest,
     Completion,
     ItemQuery,

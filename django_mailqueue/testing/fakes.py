@@ -6,8 +6,8 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from ..core.items import RecipientOutcome, RecipientState, Reply
 from ..delivery import AttemptResult
-from ..items import RecipientOutcome, RecipientState, Reply
 
 DELIVERED = Reply(250, "2.0.0", "Ok: queued")
 GREYLISTED = Reply(451, "4.7.1", "Greylisted, try again later")

@@ -11,7 +11,7 @@ from datetime import datetime
 from email.parser import BytesHeaderParser
 from typing import Literal
 
-from ..items import NewItem, QueueItem, Recipient
+from ..core.items import NewItem, QueueItem, Recipient
 
 DsnKind = Literal["failed", "delayed"]
 _WIDTH = 76

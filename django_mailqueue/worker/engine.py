@@ -16,11 +16,10 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from .. import signals
-from ..clock import Clock, SystemClock
 from ..conf import QueueSettings
-from ..exceptions import QueueError
-from ..history import History, HistoryEntry
-from ..items import (
+from ..core.clock import Clock, SystemClock
+from ..core.errors import QueueError
+from ..core.items import (
     CompleteRequest,
     Completion,
     NewItem,
@@ -31,6 +30,7 @@ from ..items import (
     Reply,
     apply_completion,
 )
+from ..history import History, HistoryEntry
 from ..stores.base import QueueStore
 from .batching import Batcher
 from .dsn import DsnKind, DsnReport, build_dsn, original_header_block

@@ -8,8 +8,8 @@ from datetime import datetime, timedelta
 
 from django.core.mail import EmailMessage, EmailMultiAlternatives
 
+from django_mailqueue.core.items import Completion, NewItem, QueueItem, RecipientOutcome, RecipientState, Reply
 from django_mailqueue.envelopes import message_to_item
-from django_mailqueue.items import Completion, NewItem, QueueItem, RecipientOutcome, RecipientState, Reply
 from django_mailqueue.stores.base import QueueStore
 
 SIZE = 25 * 1024 * 1024

@@ -11,7 +11,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
-from django_mailqueue.items import ItemState
+from django_mailqueue.core.items import ItemState
 from django_mailqueue.stores.base import QueueStore
 from tests.admin.queue_data import Queue
 

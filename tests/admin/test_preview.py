@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 
-from django_mailqueue import preview
-from django_mailqueue.preview import PREVIEW_CSP, preview_message, sanitize_html
+from django_mailqueue.admin import preview
+from django_mailqueue.admin.preview import PREVIEW_CSP, preview_message, sanitize_html
 from django_mailqueue.stores import get_store
 from tests.admin.conftest import ORM_STORE, PASSWORD
 from tests.admin.queue_data import new_item

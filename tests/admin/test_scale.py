@@ -18,8 +18,8 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from django_mailqueue.admin.queue import QueueAdmin
-from django_mailqueue.clock import FakeClock, to_micros
-from django_mailqueue.items import ItemQuery, ItemState
+from django_mailqueue.core.clock import FakeClock, to_micros
+from django_mailqueue.core.items import ItemQuery, ItemState
 from django_mailqueue.stores import get_store
 from tests.support.databases import DATABASES
 

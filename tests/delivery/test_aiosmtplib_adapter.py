@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from aiosmtplib.protocol import SMTPProtocol
 
+from django_mailqueue.core.items import RecipientState
 from django_mailqueue.delivery import Deliverer, aiosmtplib_adapter
 from django_mailqueue.delivery.aiosmtplib_adapter import (
     ACCESS,
@@ -19,7 +20,6 @@ from django_mailqueue.delivery.aiosmtplib_adapter import (
     access_for,
     missing_parts,
 )
-from django_mailqueue.items import RecipientState
 from tests.delivery import test_connection_cache, test_malformed, test_pipelining, test_session, test_smuggling
 from tests.delivery.conftest import MESSAGE, MakeSettings, mx_domain
 from tests.delivery.test_pipelining import GroupAnsweringServer

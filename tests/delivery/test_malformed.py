@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from django_mailqueue.core.items import RecipientState, Reply
+from django_mailqueue.core.text import MAX_REPLY_TEXT
 from django_mailqueue.delivery import Deliverer
-from django_mailqueue.items import RecipientState, Reply
-from django_mailqueue.text import MAX_REPLY_TEXT
 from tests.delivery.conftest import MESSAGE, MakeSettings, mx_domain
 from tests.support.dns_server import DnsServer
 from tests.support.smtp_server import ServerPool

@@ -8,9 +8,9 @@ import asyncio
 import pytest
 from aiosmtplib.protocol import SMTPProtocol
 
+from django_mailqueue.core.items import RecipientState
 from django_mailqueue.delivery import Deliverer
 from django_mailqueue.delivery.aiosmtplib_adapter import ACCESS, PrivateAccess
-from django_mailqueue.items import RecipientState
 from tests.delivery.conftest import MESSAGE, MakeSettings, mx_domain
 from tests.support.dns_server import DnsServer
 from tests.support.smtp_server import CLOSE, PIPELINING_EHLO, SILENT, ServerPool

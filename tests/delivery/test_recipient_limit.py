@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from django_mailqueue.core.items import RecipientState
 from django_mailqueue.delivery import Deliverer
 from django_mailqueue.delivery.replies import too_many_recipients
-from django_mailqueue.items import RecipientState
 from tests.delivery.conftest import MESSAGE, MakeSettings, mx_domain
 from tests.support.dns_server import DnsServer
 from tests.support.smtp_server import ServerPool

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from django_mailqueue.core.items import RecipientState
 from django_mailqueue.delivery import Deliverer
-from django_mailqueue.items import RecipientState
 from tests.delivery.conftest import MESSAGE, MakeSettings, mx_domain
 from tests.support.dns_server import DnsServer
 from tests.support.smtp_server import CLOSE, DEFAULT_EHLO, SILENT, DropDuringData, ServerPool, Trickle

@@ -6,9 +6,9 @@ import re
 
 import pytest
 
+from django_mailqueue.core.items import RecipientState
 from django_mailqueue.delivery import Deliverer
 from django_mailqueue.delivery.wire import normalize_line_endings, to_wire
-from django_mailqueue.items import RecipientState
 from tests.delivery.conftest import MakeSettings, mx_domain
 from tests.support.dns_server import DnsServer
 from tests.support.smtp_server import ServerPool

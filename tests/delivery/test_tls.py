@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from django_mailqueue.conf import RelayRoute
+from django_mailqueue.core.items import RecipientState
 from django_mailqueue.delivery import Deliverer
-from django_mailqueue.items import RecipientState
 from tests.delivery.conftest import MESSAGE, MakeSettings, mx_domain
 from tests.support.certs import CertificateAuthority
 from tests.support.dns_server import DnsServer

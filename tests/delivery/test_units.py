@@ -6,8 +6,9 @@ import asyncio
 
 import pytest
 
-from django_mailqueue.clock import FakeClock
 from django_mailqueue.conf import MxRoute, QueueSettings, RelayRoute, Timeouts
+from django_mailqueue.core.clock import FakeClock
+from django_mailqueue.core.items import RecipientState, Reply
 from django_mailqueue.delivery import (
     Deliverer,
     Envelope,
@@ -18,7 +19,6 @@ from django_mailqueue.delivery import (
 )
 from django_mailqueue.delivery import replies as r
 from django_mailqueue.delivery.addresses import parse_address, parse_sender
-from django_mailqueue.items import RecipientState, Reply
 
 
 @pytest.mark.parametrize(("code", "text", "status", "clean", "state"), [
@@ -54,7 +54,7 @@ def test_well_formed() -> None:
     (b"bytes \xff", "bytes \ufffd"),
 ])
 def test_reply_text_is_cleaned(raw: str | bytes, clean: str) -> None:
-    from django_mailqueue.text import clean_reply_text
+    from django_mailqueue.core.text import clean_reply_text
 
     assert clean_reply_text(raw) == clean
 

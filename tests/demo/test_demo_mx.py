@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
 
-from django_mailqueue.items import QueueItem, Recipient, RecipientState, Reply
+from django_mailqueue.core.items import QueueItem, Recipient, RecipientState, Reply
 from django_mailqueue.worker.dsn import DsnReport, build_dsn, original_header_block
 
 DEMO = Path(__file__).resolve().parents[2] / "example_project" / "demo"

@@ -24,9 +24,9 @@ from django.core.mail.backends.smtp import EmailBackend as DjangoSmtpBackend
 from django.core.mail.utils import DNS_NAME
 from django.test import override_settings
 
-from django_mailqueue.clock import SystemClock
+from django_mailqueue.core.clock import SystemClock
+from django_mailqueue.core.items import NewItem
 from django_mailqueue.delivery.smtp import CACHE_TIME
-from django_mailqueue.items import NewItem
 from django_mailqueue.stores import get_store
 from tests.interop.conftest import IDN_DOMAIN, SENDER, WORKER_HOSTNAME, Interop, SignalRecorder, work_once
 from tests.interop.postfix import disconnect_counts, strip_added_headers

@@ -13,7 +13,7 @@ def main(argv: list[str]) -> int:
     import django
 
     django.setup()
-    from django_mailqueue.clock import SystemClock
+    from django_mailqueue.core.clock import SystemClock
     from django_mailqueue.stores import get_store
     from tests.reliability.plan import new_item
 

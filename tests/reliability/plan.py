@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 
-from django_mailqueue.items import NewItem
+from django_mailqueue.core.items import NewItem
 
 SENDER = "sender@origin.test"
 DOMAINS = ("d0.test", "d1.test", "d2.test", "d3.test")

@@ -40,10 +40,10 @@ from hypothesis import strategies as st
 
 from django_mailqueue.backends import QueueEmailBackend
 from django_mailqueue.conf import MxRoute, QueueSettings, Timeouts
+from django_mailqueue.core.items import NewItem, RecipientState
 from django_mailqueue.delivery import Deliverer
 from django_mailqueue.delivery.wire import normalize_line_endings
 from django_mailqueue.exceptions import QueueError
-from django_mailqueue.items import NewItem, RecipientState
 from django_mailqueue.stores import QueueStore
 from django_mailqueue.stores.memory import MemoryStore
 from django_mailqueue.stores.orm import OrmStore

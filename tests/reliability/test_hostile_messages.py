@@ -43,11 +43,11 @@ from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from django_mailqueue import signals
+from django_mailqueue.core.items import QueueItem
+from django_mailqueue.core.text import LINE_BREAKS
 from django_mailqueue.delivery.addresses import parse_address, parse_sender
 from django_mailqueue.exceptions import QueueError
-from django_mailqueue.items import QueueItem
 from django_mailqueue.stores import QueueStore, get_store
-from django_mailqueue.text import LINE_BREAKS
 from tests.support.databases import DATABASES
 from tests.support.header_blocks import header_block_problems
 from tests.support.hostile_html import vectors

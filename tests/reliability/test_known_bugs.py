@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from django_mailqueue.clock import FakeClock, SystemClock
 from django_mailqueue.conf import QueueSettings
+from django_mailqueue.core.clock import FakeClock, SystemClock
+from django_mailqueue.core.items import Completion, NewItem, QueueItem
 from django_mailqueue.exceptions import QueueError
-from django_mailqueue.items import Completion, NewItem, QueueItem
 from django_mailqueue.stores.memory import MemoryStore
 from django_mailqueue.testing.fakes import REJECTED, ScriptedDeliverer
 from django_mailqueue.worker import Worker

@@ -26,11 +26,11 @@ import pytest
 from django.core.mail import EmailMessage
 
 from django_mailqueue.backends import QueueEmailBackend
-from django_mailqueue.clock import SystemClock
 from django_mailqueue.conf import MxRoute, QueueSettings, Timeouts, get_settings
+from django_mailqueue.core.clock import SystemClock
+from django_mailqueue.core.items import NewItem, RecipientState
 from django_mailqueue.delivery import Deliverer
 from django_mailqueue.exceptions import QueueError
-from django_mailqueue.items import NewItem, RecipientState
 from django_mailqueue.stores.memory import MemoryStore
 from django_mailqueue.worker import Worker
 from tests.support.dns_server import DnsServer

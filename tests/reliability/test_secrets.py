@@ -39,9 +39,9 @@ from django.views.debug import ExceptionReporter, SafeExceptionReporterFilter
 
 from django_mailqueue import signals
 from django_mailqueue.conf import get_settings
+from django_mailqueue.core.items import NewItem
 from django_mailqueue.exceptions import QueueError
 from django_mailqueue.history import History
-from django_mailqueue.items import NewItem
 from django_mailqueue.stores.memory import MemoryStore
 from django_mailqueue.stores.orm import OrmStore
 from django_mailqueue.worker import Worker
@@ -180,7 +180,7 @@ def admin_pages(item_id: object) -> list[str]:
 
 
 def _now() -> Any:
-    from django_mailqueue.clock import SystemClock
+    from django_mailqueue.core.clock import SystemClock
 
     return SystemClock().now()
 

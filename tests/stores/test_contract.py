@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from django_mailqueue.items import Completion, RecipientState
+from django_mailqueue.core.items import Completion, RecipientState
 from django_mailqueue.models import QueuedItem, QueuedMessage, QueuedRecipient
 from django_mailqueue.stores.base import QueueStore
 from django_mailqueue.stores.memory import MemoryStore

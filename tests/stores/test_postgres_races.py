@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from django.db import connections
 
+from django_mailqueue.core.items import NewItem
 from django_mailqueue.exceptions import QueueError
-from django_mailqueue.items import NewItem
 from django_mailqueue.stores.orm import OrmStore
 from django_mailqueue.testing.contract import T0, at, new_item
 from tests.support.databases import WITH_SERIALIZABLE
@@ -87,7 +87,7 @@ def test_eight_adders_never_pass_max_items(pg_alias: str, alias: str) -> None:
 def test_a_message_larger_than_a_read_slice_comes_back_byte_for_byte(pg_alias: str) -> None:
     import random
 
-    from django_mailqueue.items import NewItem
+    from django_mailqueue.core.items import NewItem
     from django_mailqueue.stores.base import READ_CHUNK
 
     store = OrmStore({"database": "pg"})
@@ -107,7 +107,7 @@ def test_a_message_larger_than_a_read_slice_comes_back_byte_for_byte(pg_alias: s
 def test_a_message_of_up_to_a_page_stays_in_its_row_and_a_larger_one_goes_to_toast(pg_alias: str) -> None:
     import os
 
-    from django_mailqueue.items import NewItem
+    from django_mailqueue.core.items import NewItem
 
     store = OrmStore({"database": "pg"})
 

@@ -18,8 +18,8 @@ import redis
 from django.db import transaction
 from django.test import override_settings
 
+from django_mailqueue.core.items import Completion, ItemQuery, QueueItem, RecipientState
 from django_mailqueue.exceptions import QueueError
-from django_mailqueue.items import Completion, ItemQuery, QueueItem, RecipientState
 from django_mailqueue.stores import get_store
 from django_mailqueue.stores import redis as redis_store
 from django_mailqueue.stores.memory import MemoryStore
@@ -435,7 +435,7 @@ async def test_script_flush_between_calls_async(store: RedisStore, admin: redis.
 
 
 async def test_script_flush_before_a_batch_of_completions(store: RedisStore, admin: redis.Redis) -> None:
-    from django_mailqueue.items import CompleteRequest
+    from django_mailqueue.core.items import CompleteRequest
 
     try:
         added = [await store.aadd(new_item(), now=T0) for _ in range(3)]
@@ -622,7 +622,7 @@ def test_a_random_run_matches_the_memory_store(store: RedisStore) -> None:
 
 
 def _states() -> Any:
-    from django_mailqueue.items import ItemState
+    from django_mailqueue.core.items import ItemState
 
     return ItemState
 

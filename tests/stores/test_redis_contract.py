@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import pytest
 import redis
 
-from django_mailqueue.items import Completion, ItemQuery, NewItem, QueueItem
+from django_mailqueue.core.items import Completion, ItemQuery, NewItem, QueueItem
 from django_mailqueue.stores.base import QueueStore
 from django_mailqueue.stores.redis import RedisStore
 from django_mailqueue.testing import QueueStoreContract

@@ -13,8 +13,8 @@ from django.core import checks
 from django.test import override_settings
 
 from django_mailqueue.checks import check_redis_maxmemory_policy
+from django_mailqueue.core.items import Completion, RecipientState
 from django_mailqueue.exceptions import QueueError
-from django_mailqueue.items import Completion, RecipientState
 from django_mailqueue.stores.redis import RedisStore
 from django_mailqueue.testing.contract import T0, at, new_item, outcome
 from tests.support.redis_server import RedisServer, free_port

@@ -14,9 +14,9 @@ import pytest
 from django.db import DatabaseError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
+from django_mailqueue.core.items import CompleteRequest, Completion, QueueItem, RecipientState
 from django_mailqueue.exceptions import QueueError
 from django_mailqueue.history import History, HistoryEntry
-from django_mailqueue.items import CompleteRequest, Completion, QueueItem, RecipientState
 from django_mailqueue.models import DeliveryRecord
 from django_mailqueue.stores.orm import OrmStore
 from django_mailqueue.stores.orm_rows import ItemRow, OrmRows, SqlRows

@@ -17,7 +17,7 @@ import email.utils
 import re
 from email.message import Message
 
-from django_mailqueue.text import LINE_BREAKS
+from django_mailqueue.core.text import LINE_BREAKS
 
 _FIELD = re.compile(rb"[\x21-\x39\x3b-\x7e]+:")
 _BARE = re.compile(rb"\r(?!\n)|(?<!\r)\n")

@@ -135,8 +135,8 @@ def test_an_address_without_a_domain_held_for_an_mx_route_fails_5_1_3_unsent(
     mail_world: MailWorld, received: SignalRecorder
 ) -> None:
     """One the store holds anyway (added through the store API, or ROUTES changed since): never sent."""
-    from django_mailqueue.clock import SystemClock
-    from django_mailqueue.items import NewItem
+    from django_mailqueue.core.clock import SystemClock
+    from django_mailqueue.core.items import NewItem
 
     with override_settings(MAILQUEUE=mail_world.mailqueue({"BACKEND": "django_mailqueue.stores.orm.OrmStore"})):
         get_store().add(

@@ -15,8 +15,8 @@ from django.core.mail.backends.smtp import EmailBackend as SmtpBackend
 from django.core.management import call_command
 from django.test import override_settings
 
-from django_mailqueue.clock import SystemClock
 from django_mailqueue.conf import get_settings
+from django_mailqueue.core.clock import SystemClock
 from django_mailqueue.stores import get_store
 from tests.support.certs import CertificateAuthority
 from tests.support.databases import DATABASES

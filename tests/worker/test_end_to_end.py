@@ -12,8 +12,8 @@ from django.core.mail import send_mail
 from django.core.management import call_command
 from django.test import override_settings
 
-from django_mailqueue.clock import SystemClock
-from django_mailqueue.items import NewItem
+from django_mailqueue.core.clock import SystemClock
+from django_mailqueue.core.items import NewItem
 from django_mailqueue.stores import get_store
 from tests.support.databases import DATABASES
 from tests.worker.conftest import MailWorld, SignalRecorder

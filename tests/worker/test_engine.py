@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from django_mailqueue import signals
-from django_mailqueue.clock import FakeClock
 from django_mailqueue.conf import load_settings
-from django_mailqueue.items import NewItem, RecipientState
+from django_mailqueue.core.clock import FakeClock
+from django_mailqueue.core.items import NewItem, RecipientState
 from django_mailqueue.stores.memory import MemoryStore
 from django_mailqueue.testing.fakes import DELIVERED, GREYLISTED, REJECTED, ScriptedDeliverer
 from django_mailqueue.worker import Worker

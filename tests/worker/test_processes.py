@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from django_mailqueue.clock import SystemClock
-from django_mailqueue.items import NewItem
+from django_mailqueue.core.clock import SystemClock
+from django_mailqueue.core.items import NewItem
 from django_mailqueue.stores import QueueStore
 from django_mailqueue.stores.orm import OrmStore
 from django_mailqueue.stores.redis import RedisStore

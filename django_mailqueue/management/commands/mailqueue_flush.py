@@ -7,9 +7,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from ...clock import SystemClock
-from ...exceptions import QueueError
-from ...items import ItemState
+from ...core.clock import SystemClock
+from ...core.errors import QueueError
+from ...core.items import ItemState
 from ...selection import Action, Outcome, Selection, run_action
 from ...stores import get_store
 from ..options import domain

@@ -8,11 +8,11 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from ...clock import SystemClock
-from ...exceptions import QueueError
-from ...mailq import HEADER, item_json, item_lines, size
+from ...core.clock import SystemClock
+from ...core.errors import QueueError
 from ...selection import walk
 from ...stores import get_store
+from ..mailq import HEADER, item_json, item_lines, size
 from ..options import add_selection_arguments, positive, selection_from
 
 

@@ -7,8 +7,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from ...clock import SystemClock
 from ...conf import get_settings
+from ...core.clock import SystemClock
 from ...history import history_alias, prune
 from ...stores import get_store
 

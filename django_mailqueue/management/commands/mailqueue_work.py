@@ -13,7 +13,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from ...conf import get_settings
-from ...exceptions import QueueError
+from ...core.errors import QueueError
 from ...history import History, history_alias
 from ...stores import get_store
 from ...worker import Worker

@@ -6,7 +6,7 @@ import re
 from datetime import datetime
 from typing import Any
 
-from .items import QueueItem, Reply
+from ..core.items import QueueItem, Reply
 
 #: the header line over the items; each item's first line has these columns
 HEADER = f"{'-Queue ID-':<36} {'-Size-':>7} {'-Age-':>6} {'-State-':<9} {'-Tries-':>7} {'-Queue-':<14} -Sender-"

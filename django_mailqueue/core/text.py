@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from .exceptions import QueueError
+from .errors import QueueError
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 #: Every character `str.splitlines()` ends a line at. Python's `email` package (compat32, which Django
