@@ -15,7 +15,7 @@ from django.core.mail import EmailMessage
 from django.utils.encoding import force_str
 
 from .conf import get_settings
-from .core.errors import QueueError
+from .core.errors import Code, QueueError
 from .core.items import DEFAULT_QUEUE, NewItem
 from .core.text import fits_a_header, refuse_controls, refuse_in_header, refuse_unkeepable
 from .mime import django_message, plain_message_bytes, wire_bytes
@@ -46,20 +46,20 @@ def message_to_item(
     """
     recipients_raw = recipients_of(message)
     if not recipients_raw:
-        raise QueueError("INVALID", "the message has no recipients")
+        raise QueueError(Code.INVALID, "the message has no recipients")
     try:
         _check_fields(message)
     except QueueError:
         raise
     except Exception as exc:  # a field of a type Django does not take either (an attachment not a triple, ...)
-        raise QueueError("INVALID", f"a field of the message cannot be read: {type(exc).__name__}: {exc}") from exc
+        raise QueueError(Code.INVALID, f"a field of the message cannot be read: {type(exc).__name__}: {exc}") from exc
     sender = _envelope_address(message.from_email, "the sender")
     domainless = bool(sender) and "@" not in sender
     recipients: list[str] = []
     for raw in recipients_raw:
         address = _envelope_address(raw, f"recipient {raw!r}")
         if not address:
-            raise QueueError("INVALID", f"recipient {raw!r} is empty")
+            raise QueueError(Code.INVALID, f"recipient {raw!r} is empty")
         if address not in recipients:
             recipients.append(address)
             domainless = domainless or "@" not in address
@@ -78,9 +78,9 @@ def message_to_item(
     except QueueError:
         raise
     except Exception as exc:  # Django and `email` raise many kinds for a message they cannot write
-        raise QueueError("INVALID", f"the message cannot be written: {type(exc).__name__}: {exc}") from exc
+        raise QueueError(Code.INVALID, f"the message cannot be written: {type(exc).__name__}: {exc}") from exc
     if len(data) > max_message_size:
-        raise QueueError("TOO_LARGE", f"the message is {len(data)} bytes; MAX_MESSAGE_SIZE is {max_message_size}")
+        raise QueueError(Code.TOO_LARGE, f"the message is {len(data)} bytes; MAX_MESSAGE_SIZE is {max_message_size}")
     subject = str(message.subject or "")
     return NewItem(
         sender=sender,
@@ -98,7 +98,7 @@ def recipients_of(message: EmailMessage) -> list[Any]:
     try:
         return list(message.recipients())
     except Exception as exc:  # to, cc or bcc replaced by something that is not a list
-        raise QueueError("INVALID", f"the recipients cannot be read: {type(exc).__name__}: {exc}") from exc
+        raise QueueError(Code.INVALID, f"the recipients cannot be read: {type(exc).__name__}: {exc}") from exc
 
 
 #: A header name as RFC 5322 has it: printable ASCII but the colon.
@@ -127,7 +127,7 @@ def _check_fields(message: EmailMessage) -> None:
                         refuse_in_header(part, f"{field} address {raw!r}")
     for name, value in message.extra_headers.items() if message.extra_headers else ():
         if not isinstance(name, str) or not _HEADER_NAME.fullmatch(name):
-            raise QueueError("INVALID", f"header name {name!r} is not printable ASCII without a colon")
+            raise QueueError(Code.INVALID, f"header name {name!r} is not printable ASCII without a colon")
         value = str(value)
         if not fits_a_header(value):
             refuse_in_header(value, f"header {name!r}")
@@ -160,7 +160,7 @@ def _check_fields(message: EmailMessage) -> None:
             try:
                 _check_fields(content)
             except QueueError as exc:
-                raise QueueError("INVALID", f"attached message {filename!r}: {exc.message}") from exc
+                raise QueueError(Code.INVALID, f"attached message {filename!r}: {exc.message}") from exc
 
 
 def _has_foreign_parts(message: EmailMessage) -> bool:
@@ -175,7 +175,7 @@ def _check_mime_type(mimetype: Any, what: str) -> None:
     if not (isinstance(mimetype, str) and fits_a_header(mimetype)):
         refuse_in_header(_text(mimetype, what), what)
     if "/" not in mimetype:
-        raise QueueError("INVALID", f"{what} {mimetype!r} is not type/subtype")
+        raise QueueError(Code.INVALID, f"{what} {mimetype!r} is not type/subtype")
 
 
 def _check_text_part(value: Any, what: str) -> None:
@@ -185,7 +185,7 @@ def _check_text_part(value: Any, what: str) -> None:
 
 def _text(value: Any, what: str) -> str:
     if not isinstance(value, str):
-        raise QueueError("INVALID", f"{what} must be a string, not {type(value).__name__}")
+        raise QueueError(Code.INVALID, f"{what} must be a string, not {type(value).__name__}")
     return value
 
 
@@ -198,7 +198,7 @@ def _check_headers(mime: Message) -> None:
     for part in mime.walk():
         for name, value in part.raw_items():
             if not _HEADER_NAME.fullmatch(name):
-                raise QueueError("INVALID", f"header name {name!r} of a part is not printable ASCII without a colon")
+                raise QueueError(Code.INVALID, f"header name {name!r} of a part is not printable ASCII without a colon")
             text = _FOLD.sub("", str(value))
             if not fits_a_header(text):
                 refuse_in_header(text, f"header {name!r} of a {part.get_content_type()} part")
@@ -224,7 +224,7 @@ def _envelope_address(raw: Any, what: str) -> str:
     try:
         text = force_str(raw)  # a lazy string too (Django ticket #24416)
     except Exception as exc:
-        raise QueueError("INVALID", f"{what} is not a valid address: {type(exc).__name__}: {exc}") from exc
+        raise QueueError(Code.INVALID, f"{what} is not a valid address: {type(exc).__name__}: {exc}") from exc
     if _PLAIN_ADDRESS.fullmatch(text) or text == "":
         return text
     refuse_in_header(text, what)
@@ -247,15 +247,15 @@ def envelope_address(text: str, what: str = "the address") -> str:
         header = email.policy.default.header_factory("To", text)
         mailboxes = [address for group in header.groups for address in group.addresses]
     except Exception as exc:  # the header parser raises IndexError, ValueError, ... for some junk
-        raise QueueError("INVALID", f"{what} is not a valid address: {type(exc).__name__}: {exc}") from exc
+        raise QueueError(Code.INVALID, f"{what} is not a valid address: {type(exc).__name__}: {exc}") from exc
     defects = [str(d) for d in header.defects if not isinstance(d, NonASCIILocalPartDefect) and str(d) != _NO_DOMAIN]
     if defects or len(mailboxes) != 1:
         reason = "; ".join(defects) if defects else "it must be a single address"
-        raise QueueError("INVALID", f"{what} is not a valid address: {reason}")
+        raise QueueError(Code.INVALID, f"{what} is not a valid address: {reason}")
     mailbox = mailboxes[0]
     parsed = parse_address(mailbox.addr_spec, domainless=True)
     if parsed is None:
-        raise QueueError("INVALID", f"{what} is not an address SMTP can carry")
+        raise QueueError(Code.INVALID, f"{what} is not an address SMTP can carry")
     return mailbox.addr_spec if mailbox.domain.isascii() else parsed.wire  # an ASCII domain as written, as Django
 
 
@@ -268,14 +268,14 @@ def _refuse_domainless_to_mx(sender: str, recipients: list[str], route_for: Call
     for recipient in recipients:
         if "@" not in recipient and to_mx(recipient):
             raise QueueError(
-                "INVALID",
+                Code.INVALID,
                 f"recipient {recipient!r} has no domain, and MAILQUEUE['ROUTES'] sends it "
                 "to MX hosts: only a relay route can take an address without a domain",
             )
     by_mx = next((r for r in recipients if to_mx(r)), None) if sender and "@" not in sender else None
     if by_mx is not None:
         raise QueueError(
-            "INVALID",
+            Code.INVALID,
             f"the sender {sender!r} has no domain, and mail to {by_mx!r} goes to MX hosts: "
             "only a relay route can take an address without a domain",
         )
@@ -286,7 +286,7 @@ def _queue_of(message: EmailMessage) -> str:
     if queue is None or queue == "":
         return DEFAULT_QUEUE
     if not isinstance(queue, str) or len(queue) > 100:
-        raise QueueError("INVALID", "message.queue must be a string of at most 100 characters")
+        raise QueueError(Code.INVALID, "message.queue must be a string of at most 100 characters")
     refuse_in_header(queue, "the queue name")
     return queue
 
@@ -300,7 +300,9 @@ def _send_at_of(message: EmailMessage) -> datetime | None:
     except QueueError:
         raise
     except Exception as exc:  # out of range, a NaN, a time zone that cannot say its offset
-        raise QueueError("INVALID", f"message.send_at {send_at!r} is not a time: {type(exc).__name__}: {exc}") from exc
+        raise QueueError(
+            Code.INVALID, f"message.send_at {send_at!r} is not a time: {type(exc).__name__}: {exc}"
+        ) from exc
 
 
 def _as_utc(send_at: object) -> datetime:
@@ -314,4 +316,4 @@ def _as_utc(send_at: object) -> datetime:
         return datetime.combine(send_at, time(), tzinfo=UTC)
     if isinstance(send_at, int | float) and not isinstance(send_at, bool):
         return datetime.fromtimestamp(send_at, UTC)
-    raise QueueError("INVALID", "message.send_at must be a datetime, a date or a Unix timestamp")
+    raise QueueError(Code.INVALID, "message.send_at must be a datetime, a date or a Unix timestamp")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from .errors import QueueError
+from .errors import Code, QueueError
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 #: Every character `str.splitlines()` ends a line at. Python's `email` package (compat32, which Django
@@ -27,9 +27,9 @@ def refuse_unkeepable(value: str, what: str) -> str:
     store is ever given one.
     """
     if "\x00" in value:
-        raise QueueError("INVALID", f"{what} holds a NUL character")
+        raise QueueError(Code.INVALID, f"{what} holds a NUL character")
     if _LONE_SURROGATE.search(value):
-        raise QueueError("INVALID", f"{what} holds a lone surrogate")
+        raise QueueError(Code.INVALID, f"{what} holds a lone surrogate")
     return value
 
 
@@ -37,7 +37,7 @@ def refuse_line_breaks(value: str, what: str) -> str:
     """Return `value`, or raise `INVALID` if it holds any of `LINE_BREAKS` (header or SMTP injection)."""
     found = _LINE_BREAK.search(value)
     if found:
-        raise QueueError("INVALID", f"{what} holds a line break (U+{ord(found.group()):04X})")
+        raise QueueError(Code.INVALID, f"{what} holds a line break (U+{ord(found.group()):04X})")
     return value
 
 
@@ -58,7 +58,7 @@ def refuse_controls(value: str, what: str) -> str:
     """Return `value`, or raise `INVALID` if it holds a C0 control or DEL (no SMTP command may carry one)."""
     found = _C0_OR_DEL.search(value)
     if found:
-        raise QueueError("INVALID", f"{what} holds a control character (U+{ord(found.group()):04X})")
+        raise QueueError(Code.INVALID, f"{what} holds a control character (U+{ord(found.group()):04X})")
     return value
 
 

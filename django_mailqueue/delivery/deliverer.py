@@ -12,7 +12,7 @@ from datetime import datetime
 
 from ..conf import MxRoute, QueueSettings, RelayRoute, Route
 from ..core.clock import Clock, SystemClock
-from ..core.errors import QueueError
+from ..core.errors import Code, QueueError
 from ..core.items import RecipientOutcome, RecipientState, Reply
 from . import replies
 from .addresses import EnvelopeAddress, parse_address, parse_sender
@@ -282,7 +282,7 @@ class Deliverer:
             decide_all(resolution.failure, replies.state_of(resolution.failure))
             if resolution.failure.status == replies.MISCONFIGURED:
                 text = f"route for {dest.name}: {resolution.failure.text}"
-                progress.add_error(DestinationError("INVALID_OPTION", text, destination=dest.name))
+                progress.add_error(DestinationError(Code.INVALID_OPTION, text, destination=dest.name))
             logger.info("%s: %s", dest.name, resolution.failure)
             return
         if isinstance(route, RelayRoute):
@@ -295,7 +295,7 @@ class Deliverer:
             text = f"TLS for {dest.name} cannot be set up: {type(exc).__name__}: {exc}"
             if mask is not None:
                 text = mask(text)
-            progress.add_error(DestinationError("INVALID_OPTION", text, destination=dest.name))
+            progress.add_error(DestinationError(Code.INVALID_OPTION, text, destination=dest.name))
             decide_all(replies.own_reply(replies.MISCONFIGURED, text), RecipientState.PENDING)
             return
 

@@ -42,6 +42,7 @@ from aiosmtplib import (
 )
 from aiosmtplib.response import SMTPResponse
 
+from ..core.errors import Code
 from ..core.items import RecipientState, Reply
 from . import aiosmtplib_adapter, replies
 from .aiosmtplib_adapter import Access
@@ -249,7 +250,7 @@ class _Session:
 
     def operator_error(self, message: str) -> None:
         """A relay problem for the operator: the worker sends it as an `error` and logs a WARNING (once a minute)."""
-        error = DestinationError("INVALID_OPTION", self.mask(message), destination=self.target.host)
+        error = DestinationError(Code.INVALID_OPTION, self.mask(message), destination=self.target.host)
         if all(str(e) != str(error) for e in self.report.errors):
             self.report.errors.append(error)
         logger.info("%s", error.message)

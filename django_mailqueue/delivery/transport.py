@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from ..conf import Timeouts
-from ..core.errors import QueueError
+from ..core.errors import Code, QueueError
 from ..core.items import RecipientOutcome, RecipientState, Reply
 from .masking import NO_SECRETS, SecretMask
 
@@ -28,7 +28,7 @@ class DestinationError(QueueError):
     """A `QueueError` about one destination (a relay route's host, a recipient domain), which `destination`
     names: the worker logs one WARNING per destination, problem and minute, not one per message."""
 
-    def __init__(self, code: str, message: str, *, destination: str) -> None:
+    def __init__(self, code: Code, message: str, *, destination: str) -> None:
         super().__init__(code, message)
         self.destination = destination
 

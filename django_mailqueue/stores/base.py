@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
-from ..core.errors import QueueError
+from ..core.errors import Code, QueueError
 from ..core.items import CompleteRequest, Completion, ItemQuery, NewItem, QueueItem, RecipientOutcome
 from ..core.status import QueueSummary
 from ..core.text import refuse_line_breaks, refuse_unkeepable
@@ -62,7 +62,7 @@ class QueueStore(abc.ABC):
     def __init__(self, options: Mapping[str, Any] | None = None, *, max_items: int | None = None) -> None:
         problems = self.check_options(options or {})
         if problems:
-            raise QueueError("INVALID_OPTION", f"{type(self).__name__}: {problems[0]}")
+            raise QueueError(Code.INVALID_OPTION, f"{type(self).__name__}: {problems[0]}")
         self.options: Mapping[str, Any] = dict(options or {})
         self.max_items = max_items
 
@@ -136,7 +136,7 @@ class QueueStore(abc.ABC):
                     )
                 )
             except QueueError as exc:
-                if exc.code not in ("LEASE_LOST", "INVALID"):
+                if exc.code not in (Code.LEASE_LOST, Code.INVALID):
                     raise
                 answers.append(exc)
         return answers
@@ -296,15 +296,15 @@ class QueueStore(abc.ABC):
 def check_new_item(item: NewItem) -> None:
     """Refuse an item no store may keep (`INVALID`): see the contract's text rules."""
     if not isinstance(item.message, bytes | bytearray | memoryview):
-        raise QueueError("INVALID", "the message must be bytes")
+        raise QueueError(Code.INVALID, "the message must be bytes")
     if not item.recipients:
-        raise QueueError("INVALID", "an item needs at least one recipient")
+        raise QueueError(Code.INVALID, "an item needs at least one recipient")
     check_address(item.sender, "the sender", allow_empty=True)
     seen = set()
     for address in item.recipients:
         check_address(address, "a recipient")
         if address in seen:
-            raise QueueError("INVALID", f"recipient {address!r} is given twice")
+            raise QueueError(Code.INVALID, f"recipient {address!r} is given twice")
         seen.add(address)
     for value, what in (
         (item.queue, "the queue name"),
@@ -314,23 +314,23 @@ def check_new_item(item: NewItem) -> None:
         refuse_unkeepable(value, what)
         refuse_line_breaks(value, what)
     if not item.queue or len(item.queue) > 100:
-        raise QueueError("INVALID", "the queue name must be 1 to 100 characters")
+        raise QueueError(Code.INVALID, "the queue name must be 1 to 100 characters")
     if item.not_before is not None and item.not_before.tzinfo is None:
-        raise QueueError("INVALID", "not_before must be an aware datetime")
+        raise QueueError(Code.INVALID, "not_before must be an aware datetime")
 
 
 def check_address(address: str, what: str, *, allow_empty: bool = False) -> None:
     if not isinstance(address, str):
-        raise QueueError("INVALID", f"{what} must be a string")
+        raise QueueError(Code.INVALID, f"{what} must be a string")
     refuse_unkeepable(address, what)
     refuse_line_breaks(address, what)
     if not address:
         if allow_empty:
             return
-        raise QueueError("INVALID", f"{what} is empty")
+        raise QueueError(Code.INVALID, f"{what} is empty")
     # No "@" is a bare local part ("webmaster"), which only a relay route delivers (docs/guide.md).
     if len(address) > 320 or any(c in address for c in " <>\t"):
-        raise QueueError("INVALID", f"{what} {address!r} is not an envelope address")
+        raise QueueError(Code.INVALID, f"{what} {address!r} is not an envelope address")
 
 
 def check_completion(completion: Completion) -> None:
@@ -338,7 +338,7 @@ def check_completion(completion: Completion) -> None:
     for outcome in completion.outcomes:
         check_outcome(outcome)
     if completion.next_attempt.tzinfo is None:
-        raise QueueError("INVALID", "next_attempt must be an aware datetime")
+        raise QueueError(Code.INVALID, "next_attempt must be an aware datetime")
 
 
 def check_outcome(outcome: RecipientOutcome) -> None:
@@ -349,7 +349,7 @@ def check_outcome(outcome: RecipientOutcome) -> None:
 
 def check_owner(owner: str) -> None:
     if not isinstance(owner, str) or not owner:
-        raise QueueError("INVALID", "owner must be a non-empty string")
+        raise QueueError(Code.INVALID, "owner must be a non-empty string")
     refuse_unkeepable(owner, "the owner")
     if len(owner) > 200:
-        raise QueueError("INVALID", "owner must be at most 200 characters")
+        raise QueueError(Code.INVALID, "owner must be at most 200 characters")

@@ -12,7 +12,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from ..core.errors import QueueError
+from ..core.errors import Code, QueueError
 from ..core.items import (
     Completion,
     ItemQuery,
@@ -49,9 +49,9 @@ class MemoryStore(QueueStore):
             check_new_item(new)
         with self._lock:
             if self.max_items is not None and len(self._items) + len(items) > self.max_items:
-                raise QueueError("FULL", f"the queue holds {len(self._items)} items; MAX_ITEMS is {self.max_items}")
+                raise QueueError(Code.FULL, f"the queue holds {len(self._items)} items; MAX_ITEMS is {self.max_items}")
             if any(new.id in self._items for new in items):
-                raise QueueError("INVALID", "an item with that id is queued already")
+                raise QueueError(Code.INVALID, "an item with that id is queued already")
             added = []
             for new in items:
                 due = new.not_before if new.not_before is not None and new.not_before > now else now
@@ -117,7 +117,9 @@ class MemoryStore(QueueStore):
                 return None
             seq, item = entry
             if item.owner != owner or item.revision != revision:
-                raise QueueError("LEASE_LOST", f"the lease on {item_id} is no longer held by {owner}", item_id=item_id)
+                raise QueueError(
+                    Code.LEASE_LOST, f"the lease on {item_id} is no longer held by {owner}", item_id=item_id
+                )
             recorded = apply_completion(item, completion)
             if recorded.done:
                 del self._items[item_id]

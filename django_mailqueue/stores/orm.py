@@ -19,7 +19,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import F, Q
 
 from ..core.clock import from_micros, to_micros
-from ..core.errors import QueueError
+from ..core.errors import Code, QueueError
 from ..core.items import (
     CompleteRequest,
     Completion,
@@ -337,7 +337,7 @@ class OrmStore(QueueStore):
             )
             (held,) = cursor.fetchone()
         if held + adding > self.max_items:
-            raise QueueError("FULL", f"the queue holds {held} items; MAX_ITEMS is {self.max_items}")
+            raise QueueError(Code.FULL, f"the queue holds {held} items; MAX_ITEMS is {self.max_items}")
 
     @_waits_for_lock
     def claim(
@@ -755,4 +755,4 @@ def _unavailable(exc: DatabaseError) -> QueueError:
     # The driver's text can name the host, never the password (Django does not put it
     # in errors); keep only the class and the first line to stay short.
     reason = str(exc).splitlines()[0] if str(exc) else ""
-    return QueueError("STORE_UNAVAILABLE", f"the database refused the operation: {type(exc).__name__}: {reason}")
+    return QueueError(Code.STORE_UNAVAILABLE, f"the database refused the operation: {type(exc).__name__}: {reason}")

@@ -15,7 +15,7 @@ from django.db.backends.utils import CursorWrapper
 from django.db.models import F, Q
 
 from ..core.clock import from_micros, to_micros
-from ..core.errors import QueueError
+from ..core.errors import Code, QueueError
 from ..core.items import CompleteRequest, QueueItem, Recipient, RecipientState, Reply, apply_completion
 from ..models import QueuedItem, QueuedMessage, QueuedRecipient
 from .pg_binding import binary_cursor, in_binary
@@ -275,7 +275,7 @@ def plan_completions(requests: Sequence[CompleteRequest], rows: Sequence[ItemRow
             continue
         seq, owner = row[0], row[8]
         if owner != request.owner or revision[request.item_id] != request.revision:
-            plan.answers.append(QueueError("LEASE_LOST", f"the lease on {request.item_id} is no longer held by "
+            plan.answers.append(QueueError(Code.LEASE_LOST, f"the lease on {request.item_id} is no longer held by "
                                            f"{request.owner}", item_id=request.item_id))
             continue
         before = to_item(row, recipients[seq])

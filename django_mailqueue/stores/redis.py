@@ -22,7 +22,7 @@ import redis.asyncio
 import redis.asyncio.client
 
 from ..core.clock import from_micros, to_micros
-from ..core.errors import QueueError
+from ..core.errors import Code, QueueError
 from ..core.items import (
     CompleteRequest,
     Completion,
@@ -242,7 +242,7 @@ class RedisStore(QueueStore):
 
     def _foreign(self, held: str) -> QueueError:
         return QueueError(
-            "INVALID_OPTION",
+            Code.INVALID_OPTION,
             f"key_prefix {self.key_prefix!r} on {self.place} is another application's: {self.keys.schema} holds "
             f"{held}, not this store's layout version {LAYOUT_VERSION!r}; give the store a key_prefix of its own",
         )
@@ -277,7 +277,7 @@ class RedisStore(QueueStore):
         for new in items:
             check_new_item(new)
         if len({new.id for new in items}) != len(items):
-            raise QueueError("INVALID", "an item id is given twice in the batch")
+            raise QueueError(Code.INVALID, "an item id is given twice in the batch")
         now_us = to_micros(now)
         args: builtins.list[scripts.Arg] = [
             self.key_prefix,
@@ -318,9 +318,9 @@ class RedisStore(QueueStore):
     def _added(self, plan: _AddPlan, reply: Any) -> builtins.list[QueueItem]:
         outcome = [_text(part) for part in reply]
         if outcome[0] == "full":
-            raise QueueError("FULL", f"the queue holds {outcome[1]} items; MAX_ITEMS is {self.max_items}")
+            raise QueueError(Code.FULL, f"the queue holds {outcome[1]} items; MAX_ITEMS is {self.max_items}")
         if outcome[0] == "duplicate":
-            raise QueueError("INVALID", f"an item with id {outcome[1]} is queued already")
+            raise QueueError(Code.INVALID, f"an item with id {outcome[1]} is queued already")
         if outcome[0] == "schema":
             self._ready = False
             raise self._foreign(outcome[1])
@@ -822,7 +822,7 @@ async def _ahgetall(client: AsyncClient[bytes], key: str) -> Any:
 
 
 def _lease_lost(item_id: uuid.UUID, owner: str) -> QueueError:
-    return QueueError("LEASE_LOST", f"the lease on {item_id} is no longer held by {owner}", item_id=item_id)
+    return QueueError(Code.LEASE_LOST, f"the lease on {item_id} is no longer held by {owner}", item_id=item_id)
 
 
 async def _quietly(closing: Awaitable[Any]) -> None:

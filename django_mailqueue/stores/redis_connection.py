@@ -17,7 +17,7 @@ import redis.backoff
 import redis.connection
 import redis.retry
 
-from ..core.errors import QueueError
+from ..core.errors import Code, QueueError
 
 #: The keys `OPTIONS` may hold.
 OPTION_NAMES = frozenset({"url", "password", "cache", "key_prefix", "on_commit", "socket_timeout"})
@@ -271,4 +271,4 @@ def translate(exc: BaseException, secrets: Secrets, place: str) -> QueueError:
         message = f"Redis at {place} is out of reach: {kind}: {text}"
     else:
         message = f"Redis at {place} refused the operation: {kind}: {text}"
-    return QueueError("STORE_UNAVAILABLE", secrets.mask(message))
+    return QueueError(Code.STORE_UNAVAILABLE, secrets.mask(message))

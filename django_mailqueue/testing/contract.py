@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from ..core.errors import QueueError
+from ..core.errors import Code, QueueError
 from ..core.items import (
     CompleteRequest,
     Completion,
@@ -186,12 +186,12 @@ class QueueStoreContract:
         store.add_many([new_item() for _ in range(4)], now=T0)
         with pytest.raises(QueueError) as refused:
             store.add_many([new_item(), new_item()], now=T0)
-        assert refused.value.code == "FULL"
+        assert refused.value.code == Code.FULL
         assert store.count() == 4
         store.add(new_item(), now=T0)
         with pytest.raises(QueueError) as full:
             store.add(new_item(), now=T0)
-        assert full.value.code == "FULL"
+        assert full.value.code == Code.FULL
         assert store.count() == 5
 
     def test_concurrent_adders_never_pass_max_items(self, make_store: StoreFactory) -> None:
@@ -204,7 +204,7 @@ class QueueStoreContract:
                     store.add(new_item(), now=T0)
                     added += 1
                 except QueueError as exc:
-                    assert exc.code == "FULL"
+                    assert exc.code == Code.FULL
             return added
 
         counts = self.in_threads(8, add)
@@ -241,7 +241,7 @@ class QueueStoreContract:
         good = new_item()
         with pytest.raises(QueueError) as refused:
             store.add_many([good, NewItem(**fields)], now=T0)
-        assert refused.value.code == "INVALID"
+        assert refused.value.code == Code.INVALID
         assert store.count() == 0
 
     def test_outcomes_with_unkeepable_text_are_refused(self, store: QueueStore) -> None:
@@ -252,13 +252,13 @@ class QueueStoreContract:
         )
         with pytest.raises(QueueError) as refused:
             store.complete(item.id, owner="w1", revision=item.revision, completion=bad)
-        assert refused.value.code == "INVALID"
+        assert refused.value.code == Code.INVALID
         assert store.get(item.id) == item
 
     def test_an_empty_owner_is_invalid(self, store: QueueStore) -> None:
         with pytest.raises(QueueError) as refused:
             store.reschedule(uuid.uuid4(), at=T0, owner="")
-        assert refused.value.code == "INVALID"
+        assert refused.value.code == Code.INVALID
         with pytest.raises(QueueError):
             store.claim(owner="", now=T0, lease_expires=at(60))
 
@@ -420,14 +420,14 @@ class QueueStoreContract:
         done = Completion((outcome("rcpt@example.org", RecipientState.DELIVERED),), next_attempt=T0)
         with pytest.raises(QueueError) as other:
             store.complete(item.id, owner="b", revision=item.revision, completion=done)
-        assert other.value.code == "LEASE_LOST"
+        assert other.value.code == Code.LEASE_LOST
         with pytest.raises(QueueError) as stale:
             store.complete(item.id, owner="a", revision=item.revision - 1, completion=done)
-        assert stale.value.code == "LEASE_LOST"
+        assert stale.value.code == Code.LEASE_LOST
         self.claim_one(store, now=at(31), owner="a", lease=30)  # the same owner, a new claim
         with pytest.raises(QueueError) as reclaimed:
             store.complete(item.id, owner="a", revision=item.revision, completion=done)
-        assert reclaimed.value.code == "LEASE_LOST"
+        assert reclaimed.value.code == Code.LEASE_LOST
         held = store.get(item.id)
         assert held is not None and held.recipients[0].state is RecipientState.PENDING
 
@@ -473,7 +473,7 @@ class QueueStoreContract:
         assert len(answers) == 4
         done, refused, gone, deferred = answers
         assert isinstance(done, QueueItem) and done.done and store.get(first.id) is None
-        assert isinstance(refused, QueueError) and refused.code == "LEASE_LOST"
+        assert isinstance(refused, QueueError) and refused.code == Code.LEASE_LOST
         held = store.get(second.id)
         assert held is not None and held.owner == "w1" and held.recipients[0].state is RecipientState.PENDING
         assert gone is None

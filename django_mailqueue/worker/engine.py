@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from .. import signals
 from ..conf import QueueSettings
 from ..core.clock import Clock, SystemClock
-from ..core.errors import QueueError
+from ..core.errors import Code, QueueError
 from ..core.items import (
     CompleteRequest,
     Completion,
@@ -381,7 +381,7 @@ class Worker:
         self._held.pop(attempt.item.id, None)
         await self._error(
             QueueError(
-                "LEASE_LOST",
+                Code.LEASE_LOST,
                 f"lost the lease on {attempt.item.id}: {why}; nothing was recorded",
                 item_id=attempt.item.id,
             ),
@@ -400,7 +400,7 @@ class Worker:
         except Exception as exc:  # noqa: BLE001 - one item's bug must not stop the worker
             logger.exception("the attempt on %s failed unexpectedly", item.id)
             await self._error(
-                QueueError("INTERNAL", f"the attempt on {item.id} failed: {type(exc).__name__} (see the log)"),
+                QueueError(Code.INTERNAL, f"the attempt on {item.id} failed: {type(exc).__name__} (see the log)"),
                 item.id,
             )
         finally:
@@ -557,7 +557,7 @@ class Worker:
                 await self._drop_dsns(dsns)
                 await self._error(
                     QueueError(
-                        "LEASE_LOST",
+                        Code.LEASE_LOST,
                         f"the item {item.id} is gone and its lease had expired: "
                         "it was cancelled or finished by another worker; nothing was recorded",
                         item_id=item.id,
@@ -571,7 +571,7 @@ class Worker:
         sender = type(self.store)
         if message_lost:
             unreadable = QueueError(
-                "MESSAGE_UNREADABLE",
+                Code.MESSAGE_UNREADABLE,
                 f"The message of {item.id} is unreadable: the store holds the item but not "
                 "its message, so every pending recipient failed",
                 item_id=item.id,
@@ -583,7 +583,7 @@ class Worker:
             events.append((signals.error, {"error": problem, "item_id": item.id}))
         for address in sorted(possibly_delivered):
             lost = QueueError(
-                "REPLY_LOST",
+                Code.REPLY_LOST,
                 f"the reply after the end of data for {address} was lost: {item.id} may have been "
                 "delivered to it already and will be tried again",
                 item_id=item.id,
@@ -641,17 +641,17 @@ class Worker:
                     return self._landed_before(item, completion)
                 return answer
             except QueueError as exc:
-                if exc.code == "LEASE_LOST" and retry.told:
+                if exc.code == Code.LEASE_LOST and retry.told:
                     landed = await self._landed_before_lease_lost(item, completion)
                     if landed is not None:
                         return landed
                 if await self._pause_to_retry(attempt, exc, retry):
                     continue
-                if exc.code == "LEASE_LOST":
+                if exc.code == Code.LEASE_LOST:
                     self.stats.leases_lost += 1
-                if not retry.told or exc.code != "STORE_UNAVAILABLE":
+                if not retry.told or exc.code != Code.STORE_UNAVAILABLE:
                     await self._error(exc, item.id)
-                if exc.code == "STORE_UNAVAILABLE":
+                if exc.code == Code.STORE_UNAVAILABLE:
                     await self._lease_ran_out(attempt)
                 return False
 
@@ -665,7 +665,7 @@ class Worker:
         item_id = attempt.item.id
         await self._error(
             QueueError(
-                "LEASE_LOST",
+                Code.LEASE_LOST,
                 f"lost the lease on {item_id}: the store was out of reach until the lease ran out; nothing was "
                 "recorded, and the item will be delivered again",
                 item_id=item_id,
@@ -678,7 +678,7 @@ class Worker:
         after the pause, tell the outage (once), pause (doubling up to 2 s) and say True."""
         lease = attempt.lease_expires or attempt.item.lease_expires
         if (
-            exc.code != "STORE_UNAVAILABLE"
+            exc.code != Code.STORE_UNAVAILABLE
             or attempt.lost
             or lease is None
             or self.clock.now() + timedelta(seconds=retry.delay) >= lease
@@ -769,8 +769,8 @@ class Worker:
                 if await self._pause_to_retry(attempt, exc, retry):
                     continue
                 why = f"the {kind} DSN for {item.id} could not be queued: {exc.message}"
-                await self._error(QueueError("DSN_FAILED", why, item_id=item.id), item.id)
-                return "unreachable" if exc.code == "STORE_UNAVAILABLE" else "refused"
+                await self._error(QueueError(Code.DSN_FAILED, why, item_id=item.id), item.id)
+                return "unreachable" if exc.code == Code.STORE_UNAVAILABLE else "refused"
 
     async def _drop_dsns(self, dsns: Sequence[tuple[DsnKind, NewItem, list[Recipient]]]) -> None:
         """Take back DSNs queued for an outcome that was not recorded after all."""
