@@ -2,18 +2,11 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from django.views import debug
 
-#: `scheme://user:password@` — the userinfo of a URL that carries a password.
-_URL_PASSWORD = re.compile(r"(?P<head>\b[a-z][a-z0-9+.\-]*://[^:@/\s]*:)(?P<password>[^@/\s]+)(?=@)", re.IGNORECASE)
-
-
-def mask_url_passwords(text: str, substitute: str = "********************") -> str:
-    """`text` with the password of every URL in it replaced by `substitute`."""
-    return _URL_PASSWORD.sub(lambda match: match["head"] + substitute, text)
+from .core.masking import mask_url_passwords
 
 
 class SafeExceptionReporterFilter(debug.SafeExceptionReporterFilter):

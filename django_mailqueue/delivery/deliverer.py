@@ -14,9 +14,9 @@ from ..conf import MxRoute, QueueSettings, RelayRoute, Route
 from ..core.clock import Clock, SystemClock
 from ..core.errors import Code, QueueError
 from ..core.items import RecipientOutcome, RecipientState, Reply
+from ..core.masking import SecretMask
 from . import replies
 from .addresses import EnvelopeAddress, parse_address, parse_sender
-from .masking import SecretMask
 from .resolver import DnsResolver, MailHost, MxResolver, Resolution, ip_literal
 from .smtp import SmtpTransport
 from .tls import RelayContextFactory, mx_context, relay_context

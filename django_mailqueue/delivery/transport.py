@@ -15,7 +15,7 @@ from typing import Literal, Protocol
 from ..conf import Timeouts
 from ..core.errors import Code, QueueError
 from ..core.items import RecipientOutcome, RecipientState, Reply
-from .masking import NO_SECRETS, SecretMask
+from ..core.masking import NO_SECRETS, SecretMask
 
 #: How a session uses TLS: `opportunistic` (MX routes: STARTTLS when offered,
 #: unverified, plain text when it fails), `starttls` / `implicit` (relay

@@ -35,6 +35,7 @@ from ..core.items import (
     apply_completion,
     matches,
 )
+from ..core.masking import SecretMask
 from . import redis_connection as conn
 from . import redis_scripts as scripts
 from .base import READ_CHUNK, QueueStore, check_completion, check_new_item, check_owner
@@ -122,10 +123,9 @@ class RedisStore(QueueStore):
         self._url: str | None = self.options.get("url")
         self._cache: str | None = self.options.get("cache")
         self._password: str | None = self.options.get("password")
-        self._secrets = conn.Secrets()
-        self._secrets.add(self._password)
+        self._mask = SecretMask(self._password)
         if self._url is not None:
-            self._secrets.add(urlsplit(self._url).password)
+            self._mask = self._mask.adding(urlsplit(self._url).password)
             self.place = conn.where(self._url)
         else:
             self.place = f"the server of cache {self._cache!r}"
@@ -158,7 +158,7 @@ class RedisStore(QueueStore):
                 else:
                     assert self._cache is not None
                     cached = conn.cache_clients(self._cache, self._timeout)
-                    self._secrets.add(cached.password)
+                    self._mask = self._mask.adding(cached.password)
                     self._async_settings = (cached.async_settings, cached.async_class)
                     self._client = cached.client
                     self._owns_client = cached.owned
@@ -194,7 +194,7 @@ class RedisStore(QueueStore):
         except QueueError:
             raise
         except (redis.RedisError, OSError) as exc:
-            raise conn.translate(exc, self._secrets, self.place) from None
+            raise conn.translate(exc, self._mask, self.place) from None
 
     async def _ado(self, work: Callable[[AsyncClient[bytes]], Awaitable[T]]) -> T:
         try:
@@ -207,7 +207,7 @@ class RedisStore(QueueStore):
         except QueueError:
             raise
         except (redis.RedisError, OSError) as exc:
-            raise conn.translate(exc, self._secrets, self.place) from None
+            raise conn.translate(exc, self._mask, self.place) from None
 
     def maxmemory_policy(self) -> str | None:
         """The server's `maxmemory-policy`; None when the store's user may not run `CONFIG GET`.
@@ -219,7 +219,7 @@ class RedisStore(QueueStore):
         except redis.exceptions.NoPermissionError:
             return None
         except (redis.RedisError, OSError) as exc:
-            raise conn.translate(exc, self._secrets, self.place) from None
+            raise conn.translate(exc, self._mask, self.place) from None
         return _policy(reply)
 
     def _note_policy(self, reply: Any) -> None:
@@ -720,7 +720,7 @@ class RedisStore(QueueStore):
                     return False
         except (redis.RedisError, OSError) as exc:
             logger.warning(
-                "waiting for adds on %s failed, polling instead: %s", self.place, self._secrets.mask(str(exc))
+                "waiting for adds on %s failed, polling instead: %s", self.place, self._mask(str(exc))
             )
             broken, self._pubsub = self._pubsub, None
             if broken is not None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import inspect
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import urlsplit
 
 import redis
 import redis.asyncio
@@ -18,6 +18,7 @@ import redis.connection
 import redis.retry
 
 from ..core.errors import Code, QueueError
+from ..core.masking import SecretMask
 
 #: The keys `OPTIONS` may hold.
 OPTION_NAMES = frozenset({"url", "password", "cache", "key_prefix", "on_commit", "socket_timeout"})
@@ -28,7 +29,6 @@ DEFAULT_SOCKET_TIMEOUT = 10.0
 PREFIX_RULE = re.compile(r"[a-z][a-z0-9_:.\-]{0,39}")
 URL_SCHEMES = ("redis", "rediss", "unix")
 
-_USERINFO = re.compile(r"(?P<scheme>[a-z][a-z0-9+.\-]*://)(?P<user>[^:@/\s]*):(?P<password>[^@/\s]*)@", re.IGNORECASE)
 #: The connection settings an asyncio client may take from a django-redis pool.
 _ASYNC_KWARGS = frozenset(
     {
@@ -132,23 +132,6 @@ def _cache_problems(alias: Any) -> list[str]:
     return []
 
 
-@dataclass
-class Secrets:
-    """The passwords an error's text must not show, in every spelling a driver might use."""
-
-    words: set[str] = field(default_factory=set)
-
-    def add(self, password: str | None) -> None:
-        if password:
-            self.words.update({password, unquote(password), quote(password, safe="")})
-
-    def mask(self, text: str) -> str:
-        text = _USERINFO.sub(lambda m: f"{m['scheme']}{m['user']}:***@", text)
-        for word in sorted(self.words, key=len, reverse=True):
-            text = text.replace(word, "***")
-        return text
-
-
 def where(url: str) -> str:
     """A URL as it may be shown: scheme, host, port and database, never the userinfo."""
     parts = urlsplit(url)
@@ -248,9 +231,9 @@ def _parameters(cls: type[Any]) -> set[str]:
     return names
 
 
-def translate(exc: BaseException, secrets: Secrets, place: str) -> QueueError:
+def translate(exc: BaseException, mask: SecretMask, place: str) -> QueueError:
     """A driver's error as `STORE_UNAVAILABLE`, its text with every password masked."""
-    text = secrets.mask(str(exc)).splitlines()[0] if str(exc) else ""
+    text = mask(str(exc)).splitlines()[0] if str(exc) else ""
     kind = type(exc).__name__
     if type(exc).__name__ == "OutOfMemoryError" or text.startswith("OOM"):
         message = (
@@ -271,4 +254,4 @@ def translate(exc: BaseException, secrets: Secrets, place: str) -> QueueError:
         message = f"Redis at {place} is out of reach: {kind}: {text}"
     else:
         message = f"Redis at {place} refused the operation: {kind}: {text}"
-    return QueueError(Code.STORE_UNAVAILABLE, secrets.mask(message))
+    return QueueError(Code.STORE_UNAVAILABLE, mask(message))

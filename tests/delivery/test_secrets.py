@@ -9,8 +9,8 @@ import pytest
 
 from django_mailqueue.conf import RelayRoute
 from django_mailqueue.core.items import RecipientState
+from django_mailqueue.core.masking import SecretMask
 from django_mailqueue.delivery import Deliverer, SmtpTransport, Target
-from django_mailqueue.delivery.masking import SecretMask
 from tests.delivery.conftest import FAST, MESSAGE, MakeSettings
 from tests.support.smtp_server import CLOSE, DEFAULT_EHLO, SILENT, Action, ServerPool, auth_echo
 
