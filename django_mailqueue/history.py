@@ -127,7 +127,7 @@ def _insert_sql(conn: BaseDatabaseWrapper, rows: int) -> str:
 
 
 def history_alias(store: object) -> str:
-    """Where the history lives: the ORM store's database, else "default"."""
+    """The database the worker writes history to: the ORM store's, else "default"."""
     alias = getattr(store, "alias", None)
     return alias if isinstance(alias, str) else DEFAULT_DB_ALIAS
 

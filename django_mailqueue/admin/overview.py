@@ -8,20 +8,13 @@ from datetime import UTC, datetime, timedelta
 from django.db.models import Count
 from django.db.models.functions import TruncHour
 
-from .. import history
 from ..models import DeliveryRecord
-from ..stores import get_store
 
 #: The chart's drawing area, in SVG user units (whole numbers: nothing is localized).
 CHART_WIDTH = 760
 CHART_HEIGHT = 160
 CHART_LEFT = 40
 CHART_BOTTOM = 20
-
-
-def history_alias() -> str:
-    """The database the worker writes history to: the configured store's (ORM), else "default"."""
-    return history.history_alias(get_store())
 
 
 @dataclass(frozen=True)

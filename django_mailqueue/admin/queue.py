@@ -27,6 +27,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from ..core.clock import Clock, SystemClock
 from ..core.errors import QueueError
 from ..core.items import ItemQuery, ItemState, QueueItem, RecipientState
+from ..history import history_alias
 from ..models import QueuedItem
 from ..selection import domain_filter
 from ..stores import get_store
@@ -45,7 +46,7 @@ from .actions import (
     move_items,
 )
 from .headers import secure_urls
-from .overview import history_alias, hourly_outcomes
+from .overview import hourly_outcomes
 from .preview import PREVIEW_CSP, MessagePreview, preview_message
 
 #: The filters the list takes from its query string.
@@ -422,7 +423,7 @@ class QueueAdmin(_ModelAdmin):
             if summary
             else [],
             oldest=self._row(summary.oldest_due, now) if summary and summary.oldest_due else None,
-            chart=hourly_outcomes(now=now, alias=history_alias()),
+            chart=hourly_outcomes(now=now, alias=history_alias(get_store())),
             store_name=type(store).__name__,
         )
         return TemplateResponse(request, "django_mailqueue/admin/overview.html", context)

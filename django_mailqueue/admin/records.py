@@ -10,9 +10,10 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.urls import URLPattern
 
+from ..history import history_alias
 from ..models import DeliveryRecord
+from ..stores import get_store
 from .headers import secure_urls
-from .overview import history_alias
 
 if TYPE_CHECKING:
     _ModelAdmin = admin.ModelAdmin[DeliveryRecord]
@@ -77,7 +78,7 @@ class DeliveryRecordAdmin(_ModelAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[DeliveryRecord]:
         # the database the worker writes the history to (the ORM store's)
-        return super().get_queryset(request).using(history_alias())
+        return super().get_queryset(request).using(history_alias(get_store()))
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[DeliveryRecord], search_term: str

@@ -46,7 +46,7 @@ logger = logging.getLogger("django_mailqueue")
 UNREADABLE = Reply(None, "5.3.0", "Message unreadable: the queue store holds the item but not its message")
 
 
-class Deliverer(Protocol):
+class AttemptDeliverer(Protocol):
     """What the worker needs of the delivery layer (`django_mailqueue.delivery.Deliverer`)."""
 
     async def deliver(self, sender: str, recipients: Sequence[str], message: bytes) -> AttemptResult: ...
@@ -129,7 +129,7 @@ class Worker:
         *,
         store: QueueStore,
         settings: QueueSettings,
-        deliverer: Deliverer | None = None,
+        deliverer: AttemptDeliverer | None = None,
         clock: Clock | None = None,
         owner: str | None = None,
         queues: Sequence[str] | None = None,
@@ -143,10 +143,10 @@ class Worker:
         self.settings = settings
         self.clock: Clock = clock or SystemClock()
         if deliverer is None:
-            from ..delivery import Deliverer as SmtpDeliverer
+            from ..delivery import Deliverer
             from ..delivery.smtp import CACHE_TIME, SmtpTransport
 
-            deliverer = SmtpDeliverer(settings, clock=self.clock, transport=SmtpTransport(cache_time=CACHE_TIME))
+            deliverer = Deliverer(settings, clock=self.clock, transport=SmtpTransport(cache_time=CACHE_TIME))
         self.deliverer = deliverer
         self.owner = owner or default_owner()
         self.queues = list(queues) if queues else None
