@@ -1,16 +1,9 @@
 """The one place that touches aiosmtplib's private protocol internals: checked at import, with a public fallback.
 
-The session needs what aiosmtplib's public API does not give: several
-replies read after one write (PIPELINING), one timer per reply awaited,
-and the drain of each block of the message. These reach into
-`SMTPProtocol`'s private parts (`_response_waiter`, `_response_pending`,
-`_buffer`, `_read_response_from_buffer`, `_drain_helper`, `_paused`, and a
-`data_received` that keeps the bytes aiosmtplib would drop). At import,
-`missing_parts()` checks that the installed aiosmtplib has every one;
-`ACCESS` is then `PrivateAccess`, or else `PublicAccess`: no pipelining,
-replies read with the public `read_response`, the message written through
-the public `write` and drained by watching the transport's write buffer —
-announced once, as a WARNING, when the first transport is made.
+`ACCESS` is `PrivateAccess` when `missing_parts()` finds every private part
+it needs (PIPELINING, a timer per reply, draining each block), else
+`PublicAccess` (no pipelining), announced once as a WARNING. Which parts and
+why: docs/delivery.md, "aiosmtplib: private parts in one adapter".
 """
 
 from __future__ import annotations

@@ -113,7 +113,7 @@ class Deliverer:
         self._relay_contexts: dict[RelayRoute, ssl.SSLContext] = {}
 
     async def aclose(self) -> None:
-        """Close what the transport keeps (nothing yet: sessions are not cached)."""
+        """Close the transport's cached connections (each gets its QUIT)."""
         await self.transport.aclose()
 
     async def deliver(self, sender: str, recipients: Sequence[str], message: bytes) -> AttemptResult:

@@ -1,22 +1,12 @@
 """`SmtpTransport`: the SMTP session to one server address, on aiosmtplib, with every reply kept.
 
-One session: connect (CONNECT timeout), greeting (GREETING), EHLO (HELO
-fallback), STARTTLS per the target's policy and EHLO again, AUTH for a
-relay, then one transaction per chunk of at most RCPT_LIMIT recipients:
-MAIL (MAIL), RCPT each (RCPT), DATA (DATA) — in one write when the server
-offers PIPELINING, their replies then read in order —, the message in
-blocks (DATA_BLOCK each), the reply to the final "." (DATA_END); QUIT. The
-whole session stops at the attempt's deadline, whatever the server does.
-
-aiosmtplib's `data()` is not used: it has one timeout for the DATA command
-and the final reply, and cannot tell a reply lost after the final "." from
-a connection lost while sending. The message goes out through the
-connection's protocol object instead, already normalised and dot-stuffed
-by `wire.to_wire` (so it is stuffed once); the replies to a pipelined group
-and to the final "." are read from the protocol's own future, with one
-timer each. Every use of aiosmtplib's private parts is in
-`aiosmtplib_adapter`, which falls back to its public API (no pipelining)
-when the installed aiosmtplib lacks them.
+One session: connect, greeting, EHLO (HELO fallback), STARTTLS per the
+target's policy, AUTH for a relay, then one transaction per chunk of at
+most RCPT_LIMIT recipients (MAIL, RCPT, DATA — pipelined when offered),
+QUIT; each step under its own timeout (`TIMEOUTS`), the whole session
+under the attempt's deadline. The message is written through
+`aiosmtplib_adapter`, not aiosmtplib's `data()` (why: docs/delivery.md,
+"Bytes on the wire").
 """
 
 from __future__ import annotations

@@ -17,9 +17,8 @@ from ..core.text import refuse_line_breaks, refuse_unkeepable
 
 _T = TypeVar("_T")
 
-#: A message larger than this is read in slices of this size (the ORM store on PostgreSQL,
-#: the Redis store): a driver holds a reply whole before it hands it over, so one read of a
-#: 10 MiB message would cost twice its size, and libpq keeps its buffer that large.
+#: A message larger than this is read in slices of this size (ORM on PostgreSQL, Redis): a driver
+#: holds a whole reply before handing it over (docs/performance.md, "Memory with 10 MiB messages").
 READ_CHUNK = 1024 * 1024
 
 

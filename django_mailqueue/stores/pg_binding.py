@@ -15,20 +15,11 @@ _KEPT = "_mailqueue_binary_cursor"
 
 @contextmanager
 def binary_cursor(conn: BaseDatabaseWrapper) -> Iterator[CursorWrapper]:
-    """A cursor for statements that write `%b` for every parameter (`in_binary` writes them).
+    """A cursor, inside Django's wrapper, for statements that write `%b` for every parameter (`in_binary`).
 
-    Django's own PostgreSQL cursor quotes each value into the statement's text in Python (its
-    default, client-side binding); this one sends them apart, in binary — no escaping of texts,
-    arrays or bytes. Django's wrapper stays around it: its error translation, query log and
-    execute wrappers apply. psycopg prepares a statement on the server only when the database's
-    `OPTIONS["prepare_threshold"]` asks it to (Django's default: never, as a pooler in transaction
-    mode may sit between); the queue's statements are then prepared like any other.
-
-    The psycopg cursor under the wrapper is kept with the connection and used again, never
-    closed here: a new one each time would look up the dumper of every parameter's type anew
-    (~60 µs a statement). So fetch a statement's rows before the next statement through any
-    `binary_cursor` of the same connection, and read large results elsewhere: the cursor holds
-    its last result until the next statement.
+    The psycopg cursor under it is kept with the connection and reused: fetch a statement's rows
+    before the next `binary_cursor` statement on the same connection, and read large results
+    elsewhere. Why: docs/performance.md, "PostgreSQL: parameters in binary".
     """
     yield conn._prepare_cursor(_kept_cursor(conn))  # type: ignore[attr-defined]
 

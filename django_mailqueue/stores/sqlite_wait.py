@@ -16,10 +16,8 @@ _T = TypeVar("_T")
 
 #: How long a write waits for the lock in all, unless told otherwise (the ORM store's `lock_wait` option).
 LOCK_WAIT = 30.0
-#: The busy timeout of one try. SQLite's busy handler looks for the lock after 1, 2, 5 … ms, then every
-#: 100 ms once it has waited 228 ms, so a connection that has waited long looks rarely and newer ones
-#: take the lock before it (Django's default timeout of 5 s ran out that way under load). Tries this
-#: short keep every waiter looking often.
+#: The busy timeout of one try: short tries keep every waiter looking for the lock often, where SQLite's
+#: busy handler would let newer connections take it first (docs/performance.md, "SQLite write lock").
 TRY_WAIT = 0.2
 _TRY_PRAGMA = f"PRAGMA busy_timeout = {round(TRY_WAIT * 1000)}"
 #: SQLITE_BUSY and SQLITE_LOCKED: another connection holds the lock (the primary code of an extended one).

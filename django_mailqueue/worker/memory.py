@@ -18,14 +18,9 @@ MMAP_THRESHOLD = 1024 * 1024
 def release_large_buffers(threshold: int = MMAP_THRESHOLD) -> bool:
     """On glibc, fix malloc's mmap threshold at `threshold` bytes; True when set.
 
-    glibc serves a large allocation with pages of its own — until the first such
-    block is freed: then it raises the threshold to that block's size (up to 32 MiB),
-    and later messages of that size come from the heap of whichever thread read
-    them, where freed memory mostly stays with the process. A worker delivering
-    10 MiB messages through several database threads then keeps far more memory
-    than its MAX_BYTES_IN_FLIGHT (measured in bench/: docs/performance.md). A fixed
-    threshold keeps the peak near the budget. Left alone where the operator set
-    MALLOC_MMAP_THRESHOLD_ themselves, and off glibc (musl, macOS).
+    glibc's dynamic threshold would let freed 10 MiB messages stay with the
+    process, far past MAX_BYTES_IN_FLIGHT (docs/performance.md, "Memory with
+    10 MiB messages"). Left alone where MALLOC_MMAP_THRESHOLD_ is set, and off glibc.
     """
     if os.environ.get("MALLOC_MMAP_THRESHOLD_"):
         return False
