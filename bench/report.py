@@ -215,8 +215,11 @@ def render(data: dict[str, Any]) -> str:
     # --- delivery --------------------------------------------------------------------
     raw_reuse = r.median("raw.reuse", "aiosmtplib")
     w("## Delivery of N queued messages to smtp-sink (messages per second; higher is better)")
-    paired = [f"{name} {r.cell('raw.reuse.paired', f'ours-{store}')}" for store, name in STORES
-              if paired_raw(r, "deliver.1", store)]
+    paired = [
+        f"{name} {r.cell('raw.reuse.paired', f'ours-{store}')}"
+        for store, name in STORES
+        if paired_raw(r, "deliver.1", store)
+    ]
     if paired:
         w("")
         w(

@@ -132,8 +132,7 @@ def verdict(load_before: tuple[float, float, float], dist: dict[str, float]) -> 
     # a lagging figure that counts the bench's own set-up (make, pip) just before it.
     share = dist.get("others_share_of_machine", 0.0)
     if share < 0.05:
-        return (f"The machine was otherwise quiet: undisturbed run (other processes took {100 * share:.1f}% "
-                "of the CPU).")
+        return f"The machine was otherwise quiet: undisturbed run (other processes took {100 * share:.1f}% of the CPU)."
     return (
         f"The machine was otherwise busy: DISTURBED run (other processes took {100 * share:.0f}% of the CPU; "
         f"1-minute load {load_before[0]:.2f} before). Treat the timings as indicative."

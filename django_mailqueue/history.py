@@ -83,7 +83,7 @@ class History:
         size = max(1, conn.ops.bulk_batch_size(_FIELDS, rows))
         with transaction.atomic(using=self.alias, savepoint=False), conn.cursor() as cursor:
             for start in range(0, len(rows), size):
-                batch = rows[start:start + size]
+                batch = rows[start : start + size]
                 cursor.execute(_insert_sql(conn, len(batch)), [value for row in batch for value in row])
 
     async def arecord(self, entries: Sequence[HistoryEntry]) -> None:
@@ -106,9 +106,25 @@ class History:
 
 
 #: The columns a record writes (all but the id), `item_id` first and `recorded` last.
-_FIELDS: list[Field[Any, Any]] = [DeliveryRecord._meta.get_field(name) for name in (  # type: ignore[misc]
-    "item_id", "message_id", "sender", "recipient", "domain", "queue", "state", "reply_code", "reply_status",
-    "reply_text", "remote_mta", "attempt", "possibly_delivered", "recorded")]
+_FIELDS: list[Field[Any, Any]] = [
+    DeliveryRecord._meta.get_field(name)  # type: ignore[misc]
+    for name in (
+        "item_id",
+        "message_id",
+        "sender",
+        "recipient",
+        "domain",
+        "queue",
+        "state",
+        "reply_code",
+        "reply_status",
+        "reply_text",
+        "remote_mta",
+        "attempt",
+        "possibly_delivered",
+        "recorded",
+    )
+]
 
 
 _POSTGRES_INSERT = (

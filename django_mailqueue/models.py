@@ -44,8 +44,9 @@ class QueuedItem(models.Model):
             # the claim of one queue (--queues), and the admin's queue filter
             models.Index(fields=["queue", "next_attempt", "seq"], name="mailqueue_item_queue_due"),
             # the admin's "leased" filter; partial, as the next: a message added touches neither
-            models.Index(fields=["lease_expires"], name="mailqueue_item_leased",
-                         condition=Q(lease_expires__isnull=False)),
+            models.Index(
+                fields=["lease_expires"], name="mailqueue_item_leased", condition=Q(lease_expires__isnull=False)
+            ),
             # the admin's "deferred" filter, in its order
             models.Index(fields=["next_attempt", "seq"], name="mailqueue_item_deferred", condition=Q(attempts__gt=0)),
         ]
@@ -61,8 +62,9 @@ class QueuedRecipient(models.Model):
 
     # No index of its own: the unique (item, position) index serves lookups by item. No foreign key
     # in the database (see QueuedMessage.item).
-    item = models.ForeignKey(QueuedItem, on_delete=models.CASCADE, related_name="recipient_rows", db_index=False,
-                             db_constraint=False)
+    item = models.ForeignKey(
+        QueuedItem, on_delete=models.CASCADE, related_name="recipient_rows", db_index=False, db_constraint=False
+    )
     position = models.SmallIntegerField()
     address = models.CharField(max_length=320)
     domain = models.CharField(max_length=255)
@@ -87,8 +89,9 @@ class QueuedMessage(models.Model):
     # No foreign key in the database: the store writes an item's three rows in one statement (or
     # transaction) and deletes them together, and the ORM cascades deletes itself; the database's
     # check would cost a trigger and a row lock on the item for every message added.
-    item = models.OneToOneField(QueuedItem, on_delete=models.CASCADE, primary_key=True, related_name="message_row",
-                                db_constraint=False)
+    item = models.OneToOneField(
+        QueuedItem, on_delete=models.CASCADE, primary_key=True, related_name="message_row", db_constraint=False
+    )
     data = models.BinaryField()
 
     class Meta:

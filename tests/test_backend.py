@@ -62,18 +62,28 @@ def _normalise(data: bytes) -> bytes:
 
 def _messages() -> list[EmailMessage]:
     plain = EmailMessage("Hello", "Plain body.\nSecond line.\n", "from@example.com", ["to@example.org"])
-    html = EmailMultiAlternatives("HTML", "text part", "from@example.com", ["to@example.org"],
-                                  cc=["cc@example.net"], bcc=["hidden@example.net"])
+    html = EmailMultiAlternatives(
+        "HTML", "text part", "from@example.com", ["to@example.org"], cc=["cc@example.net"], bcc=["hidden@example.net"]
+    )
     html.attach_alternative("<p>html <b>part</b></p>", "text/html")
     attached = EmailMessage("Files", "see attached", "from@example.com", ["to@example.org"])
     attached.attach("notes.txt", "some notes\n", "text/plain")
     attached.attach("data.bin", bytes(range(256)), "application/octet-stream")
-    utf8 = EmailMessage("Grüße aus Köln — ünïcödé", "Tschüß\n", "Jörg Müller <joerg@example.com>",
-                        ["Zoë Ñandú <zoe@example.org>"], headers={"Message-ID": "<fixed-1@example.com>"})
+    utf8 = EmailMessage(
+        "Grüße aus Köln — ünïcödé",
+        "Tschüß\n",
+        "Jörg Müller <joerg@example.com>",
+        ["Zoë Ñandú <zoe@example.org>"],
+        headers={"Message-ID": "<fixed-1@example.com>"},
+    )
     idn = EmailMessage("IDN", "body", "from@example.com", ["user@bücher.example"])
-    long_headers = EmailMessage("A subject " + "that goes on and on " * 12, "body", "from@example.com",
-                                [f"person{i}@example.org" for i in range(30)],
-                                headers={"X-Long": "value " * 60, "Reply-To": "reply@example.com"})
+    long_headers = EmailMessage(
+        "A subject " + "that goes on and on " * 12,
+        "body",
+        "from@example.com",
+        [f"person{i}@example.org" for i in range(30)],
+        headers={"X-Long": "value " * 60, "Reply-To": "reply@example.com"},
+    )
     messages = [plain, html, attached, utf8, idn, long_headers]
     if django.VERSION[:2] >= (6, 0):  # Django 6 attaches an `email.message.MIMEPart` as it is
         from email.message import MIMEPart
@@ -104,8 +114,9 @@ def test_stored_bytes_equal_what_the_smtp_backend_sends(smtp_capture: tuple[int,
 
 
 def test_envelope_from_from_email_and_every_recipient() -> None:
-    message = EmailMessage("s", "b", "Sender <sender@example.com>", ["a@example.org"], cc=["b@example.org"],
-                           bcc=["c@example.org"])
+    message = EmailMessage(
+        "s", "b", "Sender <sender@example.com>", ["a@example.org"], cc=["b@example.org"], bcc=["c@example.org"]
+    )
     assert message.send() == 1
     (item,) = get_store().list()
     assert item.sender == "sender@example.com"
@@ -151,8 +162,9 @@ def test_a_rolled_back_transaction_queues_nothing() -> None:
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True, databases=DATABASES)
 def test_a_rolled_back_transaction_queues_nothing_on_postgres(pg_alias: str) -> None:
-    with override_settings(MAILQUEUE={"STORE": {"BACKEND": "django_mailqueue.stores.orm.OrmStore",
-                                                "OPTIONS": {"database": pg_alias}}}):
+    with override_settings(
+        MAILQUEUE={"STORE": {"BACKEND": "django_mailqueue.stores.orm.OrmStore", "OPTIONS": {"database": pg_alias}}}
+    ):
         with pytest.raises(RuntimeError), transaction.atomic(using=pg_alias):
             send_mail("s", "b", "from@example.com", ["to@example.org"])
             raise RuntimeError("roll back")
@@ -164,8 +176,9 @@ def test_a_rolled_back_transaction_queues_nothing_on_postgres(pg_alias: str) -> 
 
 
 def test_a_hundred_messages_cost_a_constant_number_of_queries(django_assert_max_num_queries) -> None:  # type: ignore[no-untyped-def]
-    messages = [EmailMessage(f"s{i}", "b", "from@example.com", [f"to{i}@example.org", "x@example.net"])
-                for i in range(100)]
+    messages = [
+        EmailMessage(f"s{i}", "b", "from@example.com", [f"to{i}@example.org", "x@example.net"]) for i in range(100)
+    ]
     with django_assert_max_num_queries(8):
         assert get_connection().send_messages(messages) == 100
     assert QueuedItem.objects.count() == 100
@@ -187,18 +200,21 @@ def test_a_message_without_recipients_is_not_counted() -> None:
     assert QueuedItem.objects.count() == 0
 
 
-@pytest.mark.parametrize(("fields", "code"), [
-    ({"to": ["to@example.org\r\nRCPT TO:<evil@example.net>"]}, "INVALID"),
-    ({"to": ["to@example.org\n"]}, "INVALID"),
-    ({"from_email": "from@example.com\rX"}, "INVALID"),
-    ({"to": ["not an address"]}, "INVALID"),
-    ({"to": ["a@b@c"]}, "INVALID"),
-    ({"to": ["nul\x00@example.org"]}, "INVALID"),
-    ({"to": ["lone\ud800@example.org"]}, "INVALID"),
-    ({"body": "a NUL \x00 in the body"}, "INVALID"),
-    ({"subject": "lone \udc80 surrogate"}, "INVALID"),
-    ({"headers": {"X-Bad": "one\r\nBcc: evil@example.net"}}, "INVALID"),
-])
+@pytest.mark.parametrize(
+    ("fields", "code"),
+    [
+        ({"to": ["to@example.org\r\nRCPT TO:<evil@example.net>"]}, "INVALID"),
+        ({"to": ["to@example.org\n"]}, "INVALID"),
+        ({"from_email": "from@example.com\rX"}, "INVALID"),
+        ({"to": ["not an address"]}, "INVALID"),
+        ({"to": ["a@b@c"]}, "INVALID"),
+        ({"to": ["nul\x00@example.org"]}, "INVALID"),
+        ({"to": ["lone\ud800@example.org"]}, "INVALID"),
+        ({"body": "a NUL \x00 in the body"}, "INVALID"),
+        ({"subject": "lone \udc80 surrogate"}, "INVALID"),
+        ({"headers": {"X-Bad": "one\r\nBcc: evil@example.net"}}, "INVALID"),
+    ],
+)
 def test_bad_input_is_refused_and_nothing_stored(fields: dict[str, object], code: str) -> None:
     base: dict[str, object] = {"subject": "s", "body": "b", "from_email": "from@example.com", "to": ["to@example.org"]}
     base.update(fields)

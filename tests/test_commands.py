@@ -22,8 +22,13 @@ LATER = Reply(451, "4.7.1", "greylisted")
 
 def add(recipient: str, *, queue: str = "default", later: float = 0) -> uuid.UUID:
     now = SystemClock().now()
-    item = NewItem(sender="s@example.com", recipients=(recipient,), message=b"Subject: x\r\n\r\nx\r\n", queue=queue,
-                   not_before=now + timedelta(seconds=later) if later else None)
+    item = NewItem(
+        sender="s@example.com",
+        recipients=(recipient,),
+        message=b"Subject: x\r\n\r\nx\r\n",
+        queue=queue,
+        not_before=now + timedelta(seconds=later) if later else None,
+    )
     return get_store().add(item, now=now).id
 
 
@@ -31,9 +36,15 @@ def defer(item_id: uuid.UUID) -> None:
     store, now = get_store(), SystemClock().now()
     (item,) = store.claim(owner="w", now=now, lease_expires=now + timedelta(seconds=60), limit=50)
     assert item.id == item_id
-    store.complete(item.id, owner="w", revision=item.revision, completion=Completion(
-        (RecipientOutcome(item.recipients[0].address, RecipientState.PENDING, LATER),),
-        next_attempt=now + timedelta(hours=1)))
+    store.complete(
+        item.id,
+        owner="w",
+        revision=item.revision,
+        completion=Completion(
+            (RecipientOutcome(item.recipients[0].address, RecipientState.PENDING, LATER),),
+            next_attempt=now + timedelta(hours=1),
+        ),
+    )
 
 
 def run(*args: str) -> str:
@@ -84,9 +95,15 @@ def test_prune_history_removes_exactly_the_old_records() -> None:
     now = SystemClock().now()
 
     def record(days: float) -> DeliveryRecord:
-        return DeliveryRecord.objects.create(item_id=uuid.uuid4(), recipient="r@x.example", domain="x.example",
-                                             queue="default", state="delivered", attempt=1,
-                                             recorded=now - timedelta(days=days))
+        return DeliveryRecord.objects.create(
+            item_id=uuid.uuid4(),
+            recipient="r@x.example",
+            domain="x.example",
+            queue="default",
+            state="delivered",
+            attempt=1,
+            recorded=now - timedelta(days=days),
+        )
 
     old = [record(31), record(45)]
     kept = [record(29), record(1)]

@@ -97,12 +97,20 @@ def test_troubleshooting_explains_every_error_code_and_check_id() -> None:
     assert headings == set(CODES), f"codes without a section: {sorted(set(CODES) - headings)}"
     rows = markdown_table(text, ["id", "key", "what is wrong"])
     documented = {unquote_code(row[0]) for row in rows}
-    expected = {k.check_id for k in KEYS} | {"mailqueue.E001", "mailqueue.E003", "mailqueue.W001", "mailqueue.W002",
-                                             "mailqueue.W003", "mailqueue.I001", "mailqueue.I010"}
+    expected = {k.check_id for k in KEYS} | {
+        "mailqueue.E001",
+        "mailqueue.E003",
+        "mailqueue.W001",
+        "mailqueue.W002",
+        "mailqueue.W003",
+        "mailqueue.I001",
+        "mailqueue.I010",
+    }
     # every id the package can report, found in its source
     package = Path(__file__).resolve().parents[1] / "django_mailqueue"
-    in_source = {match for path in package.rglob("*.py")
-                 for match in re.findall(r"mailqueue\.[EWI]\d{3}", path.read_text())}
+    in_source = {
+        match for path in package.rglob("*.py") for match in re.findall(r"mailqueue\.[EWI]\d{3}", path.read_text())
+    }
     assert in_source <= expected, f"check ids in the source but not expected here: {sorted(in_source - expected)}"
     assert documented == expected
 

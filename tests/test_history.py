@@ -16,9 +16,17 @@ ALIASES = ["default", pytest.param("pg", marks=pytest.mark.postgres)]
 
 
 def _entry(n: int, state: RecipientState, reply: Reply, *, possibly: bool = False) -> HistoryEntry:
-    item = QueueItem(id=uuid.UUID(int=n + 1), sender=f"sender{n}@origin.test", recipients=(Recipient(f"r{n}@x.test"),),
-                     size=10, created=datetime(2026, 1, 1, tzinfo=UTC), next_attempt=datetime(2026, 1, 1, tzinfo=UTC),
-                     queue="bulk" if n % 2 else "default", message_id=f"<{n}@origin.test>", subject="s")
+    item = QueueItem(
+        id=uuid.UUID(int=n + 1),
+        sender=f"sender{n}@origin.test",
+        recipients=(Recipient(f"r{n}@x.test"),),
+        size=10,
+        created=datetime(2026, 1, 1, tzinfo=UTC),
+        next_attempt=datetime(2026, 1, 1, tzinfo=UTC),
+        queue="bulk" if n % 2 else "default",
+        message_id=f"<{n}@origin.test>",
+        subject="s",
+    )
     outcome = RecipientOutcome(f"R{n}@B\u00fccher.Test", state, reply, remote_mta=f"mx{n}.x.test")
     recorded = datetime(2026, 1, 2, 3, 4, 5, n, tzinfo=UTC)
     return HistoryEntry(item=item, outcome=outcome, attempt=n + 1, recorded=recorded, possibly_delivered=possibly)
@@ -38,18 +46,48 @@ def test_every_field_of_every_entry_is_recorded(alias: str, request: pytest.Fixt
     History(alias).record(entries)
     History(alias).record([_entry(40, RecipientState.PENDING, Reply(None, "4.4.2", "all codes empty"))])
 
-    rows = list(DeliveryRecord.objects.using(alias).order_by("attempt").values_list(
-        "item_id", "message_id", "sender", "recipient", "domain", "queue", "state", "reply_code", "reply_status",
-        "reply_text", "remote_mta", "attempt", "possibly_delivered", "recorded"))
+    rows = list(
+        DeliveryRecord.objects.using(alias)
+        .order_by("attempt")
+        .values_list(
+            "item_id",
+            "message_id",
+            "sender",
+            "recipient",
+            "domain",
+            "queue",
+            "state",
+            "reply_code",
+            "reply_status",
+            "reply_text",
+            "remote_mta",
+            "attempt",
+            "possibly_delivered",
+            "recorded",
+        )
+    )
     assert len(rows) == 41
-    for row, entry in zip(rows, [*entries, _entry(40, RecipientState.PENDING, Reply(None, "4.4.2", "all codes empty"))],
-                          strict=True):
+    for row, entry in zip(
+        rows, [*entries, _entry(40, RecipientState.PENDING, Reply(None, "4.4.2", "all codes empty"))], strict=True
+    ):
         n = entry.attempt - 1
         assert row == (
-            uuid.UUID(int=n + 1), f"<{n}@origin.test>", f"sender{n}@origin.test", f"R{n}@B\u00fccher.Test",
-            "b\u00fccher.test", "bulk" if n % 2 else "default",
-            {RecipientState.DELIVERED: "delivered", RecipientState.PENDING: "deferred",
-             RecipientState.FAILED: "failed"}[entry.outcome.state],
-            entry.outcome.reply.code, entry.outcome.reply.status, entry.outcome.reply.text, f"mx{n}.x.test",
-            n + 1, n == 1, datetime(2026, 1, 2, 3, 4, 5, n, tzinfo=UTC),
+            uuid.UUID(int=n + 1),
+            f"<{n}@origin.test>",
+            f"sender{n}@origin.test",
+            f"R{n}@B\u00fccher.Test",
+            "b\u00fccher.test",
+            "bulk" if n % 2 else "default",
+            {
+                RecipientState.DELIVERED: "delivered",
+                RecipientState.PENDING: "deferred",
+                RecipientState.FAILED: "failed",
+            }[entry.outcome.state],
+            entry.outcome.reply.code,
+            entry.outcome.reply.status,
+            entry.outcome.reply.text,
+            f"mx{n}.x.test",
+            n + 1,
+            n == 1,
+            datetime(2026, 1, 2, 3, 4, 5, n, tzinfo=UTC),
         )

@@ -54,17 +54,36 @@ def test_send_mail_messages_are_written_fast_and_exactly(monkeypatch: pytest.Mon
 
 
 def test_a_typical_message_is_written_fast_and_exactly() -> None:
-    message = EmailMessage("Your order 1234", "Hello,\n\nit shipped.\n", "Shop <shop@example.com>",
-                           ["a@example.com", "Bo Bee <b@example.org>"], cc=["c@example.net"],
-                           reply_to=["help@example.com"])
+    message = EmailMessage(
+        "Your order 1234",
+        "Hello,\n\nit shipped.\n",
+        "Shop <shop@example.com>",
+        ["a@example.com", "Bo Bee <b@example.org>"],
+        cc=["c@example.net"],
+        reply_to=["help@example.com"],
+    )
     assert assert_same_or_declined(message)
 
 
-@pytest.mark.parametrize("body", [
-    "", "no newline at the end", "ends\n", "crlf\r\nlines\r\n", "bare\rcr", "mixed\r\n\n\r.\r\n..\n",
-    "ünïcödé bödy\n", "emoji 📬\r\n", "x" * 998 + "\n", "é" * 499 + "\n", "\n\n\n", ".\n",
-    "line\x0bvertical tab\x0cform feed\n", "u2028\u2028separator",
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        "",
+        "no newline at the end",
+        "ends\n",
+        "crlf\r\nlines\r\n",
+        "bare\rcr",
+        "mixed\r\n\n\r.\r\n..\n",
+        "ünïcödé bödy\n",
+        "emoji 📬\r\n",
+        "x" * 998 + "\n",
+        "é" * 499 + "\n",
+        "\n\n\n",
+        ".\n",
+        "line\x0bvertical tab\x0cform feed\n",
+        "u2028\u2028separator",
+    ],
+)
 def test_bodies(body: str) -> None:
     assert assert_same_or_declined(EmailMessage("s", body, "a@example.com", ["b@example.com"]))
 
@@ -76,19 +95,33 @@ def test_a_line_longer_than_998_bytes_goes_to_django_which_quotes_it(body: str) 
     assert b"quoted-printable" in message_to_item(message, max_message_size=10**6).message
 
 
-@pytest.mark.parametrize("message", [
-    EmailMessage("Grüße", "b", "a@example.com", ["b@example.com"]),
-    EmailMessage("s", "b", "Jörg <a@example.com>", ["b@example.com"]),
-    EmailMessage("s", "b", "a@example.com", ["b@exämple.com"]),
-    EmailMessage("s" * 80, "b", "a@example.com", ["b@example.com"]),
-    EmailMessage("s", "b", "a@example.com", [f"r{i}@example.com" for i in range(5)]),
-    EmailMessage("s", "b", "a@example.com", ["b@example.com"], headers={"X-Tag": "t"}),
-    EmailMessage("", "b", "a@example.com", ["b@example.com"]),
-    EmailMessage("a  b", "b", "a@example.com", ["b@example.com"]),
-    EmailMessage("=?utf-8?q?x?=", "b", "a@example.com", ["b@example.com"]),
-    Subclass("s", "b", "a@example.com", ["b@example.com"]),
-], ids=["utf8 subject", "utf8 from name", "idn to", "long subject", "long to", "extra header", "empty subject",
-        "double space", "encoded word", "subclass"])
+@pytest.mark.parametrize(
+    "message",
+    [
+        EmailMessage("Grüße", "b", "a@example.com", ["b@example.com"]),
+        EmailMessage("s", "b", "Jörg <a@example.com>", ["b@example.com"]),
+        EmailMessage("s", "b", "a@example.com", ["b@exämple.com"]),
+        EmailMessage("s" * 80, "b", "a@example.com", ["b@example.com"]),
+        EmailMessage("s", "b", "a@example.com", [f"r{i}@example.com" for i in range(5)]),
+        EmailMessage("s", "b", "a@example.com", ["b@example.com"], headers={"X-Tag": "t"}),
+        EmailMessage("", "b", "a@example.com", ["b@example.com"]),
+        EmailMessage("a  b", "b", "a@example.com", ["b@example.com"]),
+        EmailMessage("=?utf-8?q?x?=", "b", "a@example.com", ["b@example.com"]),
+        Subclass("s", "b", "a@example.com", ["b@example.com"]),
+    ],
+    ids=[
+        "utf8 subject",
+        "utf8 from name",
+        "idn to",
+        "long subject",
+        "long to",
+        "extra header",
+        "empty subject",
+        "double space",
+        "encoded word",
+        "subclass",
+    ],
+)
 def test_what_the_fast_path_declines_django_writes(message: EmailMessage) -> None:
     assert mime.plain_message_bytes(message) is None
     assert message_to_item(message, max_message_size=10**6).message == django_bytes(message)[0]
@@ -115,17 +148,27 @@ BODY_TEXT = st.lists(
 ).map("".join)
 ADDRESS = st.one_of(
     st.from_regex(r"[a-z]{1,8}@[a-z]{1,8}\.(com|org|test)", fullmatch=True),
-    st.builds(lambda name, addr: f"{name} <{addr}>", HEADER_TEXT.filter(lambda s: s.strip() != ""),
-              st.from_regex(r"[a-z]{1,8}@[a-z]{1,8}\.com", fullmatch=True)),
+    st.builds(
+        lambda name, addr: f"{name} <{addr}>",
+        HEADER_TEXT.filter(lambda s: s.strip() != ""),
+        st.from_regex(r"[a-z]{1,8}@[a-z]{1,8}\.com", fullmatch=True),
+    ),
 )
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(subject=HEADER_TEXT, body=BODY_TEXT, sender=ADDRESS, to=st.lists(ADDRESS, min_size=1, max_size=3),
-       cc=st.lists(ADDRESS, max_size=2), reply_to=st.lists(ADDRESS, max_size=1), long_line=st.booleans())
+@given(
+    subject=HEADER_TEXT,
+    body=BODY_TEXT,
+    sender=ADDRESS,
+    to=st.lists(ADDRESS, min_size=1, max_size=3),
+    cc=st.lists(ADDRESS, max_size=2),
+    reply_to=st.lists(ADDRESS, max_size=1),
+    long_line=st.booleans(),
+)
 def test_whatever_the_fast_path_writes_is_byte_for_byte_djangos(
-        subject: str, body: str, sender: str, to: list[str], cc: list[str], reply_to: list[str],
-        long_line: bool) -> None:
+    subject: str, body: str, sender: str, to: list[str], cc: list[str], reply_to: list[str], long_line: bool
+) -> None:
     if long_line:
         body += "é" * 600
     message = EmailMessage(subject, body, sender, to, cc=cc, reply_to=reply_to)

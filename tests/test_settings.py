@@ -16,16 +16,35 @@ from django_mailqueue.stores import get_store
 from django_mailqueue.stores.memory import MemoryStore
 
 BAD_VALUES: dict[str, list[Any]] = {
-    "STORE": ["orm", {"BACKEND": 3}, {"OPTIONS": []}, {"BACKEND": "django_mailqueue.stores.orm.OrmStore",
-                                                        "OPTIONS": {"database": "nope"}}, {"ENGINE": "x"}],
+    "STORE": [
+        "orm",
+        {"BACKEND": 3},
+        {"OPTIONS": []},
+        {"BACKEND": "django_mailqueue.stores.orm.OrmStore", "OPTIONS": {"database": "nope"}},
+        {"ENGINE": "x"},
+    ],
     "HOSTNAME": [3, "mail example", "mail.example\r\n"],
-    "ROUTES": ["mx", {"*": "smtp"}, {"corp.example": {"PORT": 25}}, {"x.example": {"HOST": "h", "TLS": "yes"}},
-               {"x.example": {"HOST": "h", "USERNAME": "u"}}, {"x.example": {"HOST": "h", "PORT": 70000}},
-               {"x.example": {"HOST": "h", "PASSWORD": "p\nq", "USERNAME": "u"}},
-               {"x.example": {"HOST": "h", "TIMEOUT": 0}}, {"x.example": {"HOST": "h", "TIMEOUT": "10"}},
-               {"x.example": {"HOST": "h", "SSL_KEYFILE": "/k.pem"}}, {"x.example": {"HOST": "h", "SSL_CERTFILE": ""}}],
-    "DNS": [["127.0.0.1"], {"NAMESERVERS": "127.0.0.1"}, {"NAMESERVERS": ["dns.example"]}, {"PORT": 0},
-            {"TIMEOUT": -1}, {"SERVERS": []}],
+    "ROUTES": [
+        "mx",
+        {"*": "smtp"},
+        {"corp.example": {"PORT": 25}},
+        {"x.example": {"HOST": "h", "TLS": "yes"}},
+        {"x.example": {"HOST": "h", "USERNAME": "u"}},
+        {"x.example": {"HOST": "h", "PORT": 70000}},
+        {"x.example": {"HOST": "h", "PASSWORD": "p\nq", "USERNAME": "u"}},
+        {"x.example": {"HOST": "h", "TIMEOUT": 0}},
+        {"x.example": {"HOST": "h", "TIMEOUT": "10"}},
+        {"x.example": {"HOST": "h", "SSL_KEYFILE": "/k.pem"}},
+        {"x.example": {"HOST": "h", "SSL_CERTFILE": ""}},
+    ],
+    "DNS": [
+        ["127.0.0.1"],
+        {"NAMESERVERS": "127.0.0.1"},
+        {"NAMESERVERS": ["dns.example"]},
+        {"PORT": 0},
+        {"TIMEOUT": -1},
+        {"SERVERS": []},
+    ],
     "MX_PORT": [0, 65536, "25", 2.5],
     "RETRY_DELAYS": [[], 300, [300, -1], ["300"]],
     "MAX_LIFETIME": [0, -5, "1d", None],
@@ -97,9 +116,19 @@ def test_defaults() -> None:
 
 
 def test_routes_are_parsed_and_the_password_is_not_shown() -> None:
-    parsed = load_settings({"ROUTES": {"Corp.Example": {"HOST": "relay.corp.example", "USERNAME": "u",
-                                                        "PASSWORD": "hunter2-secret", "TLS": "implicit"},
-                                       "bücher.example": "mx"}})
+    parsed = load_settings(
+        {
+            "ROUTES": {
+                "Corp.Example": {
+                    "HOST": "relay.corp.example",
+                    "USERNAME": "u",
+                    "PASSWORD": "hunter2-secret",
+                    "TLS": "implicit",
+                },
+                "bücher.example": "mx",
+            }
+        }
+    )
     relay = parsed.route_for("corp.example")
     assert isinstance(relay, RelayRoute) and relay.port == 465 and relay.tls == "implicit"
     assert "hunter2-secret" not in repr(relay) and "hunter2-secret" not in repr(parsed)
@@ -120,8 +149,9 @@ def test_nothing_connects_before_first_use() -> None:
     unreachable = {"BACKEND": "django_mailqueue.stores.orm.OrmStore", "OPTIONS": {"database": "default"}}
     with override_settings(MAILQUEUE={"STORE": unreachable}):
         get_settings()  # parsing connects to nothing (the SQLite file may not even exist yet)
-    with override_settings(MAILQUEUE={"STORE": {"BACKEND": "django_mailqueue.stores.memory.MemoryStore"},
-                                      "MAX_ITEMS": 7}):
+    with override_settings(
+        MAILQUEUE={"STORE": {"BACKEND": "django_mailqueue.stores.memory.MemoryStore"}, "MAX_ITEMS": 7}
+    ):
         store = get_store()
         assert isinstance(store, MemoryStore) and store.max_items == 7
         assert get_store() is store
@@ -136,20 +166,47 @@ def test_a_store_refuses_options_it_does_not_take() -> None:
 # --- the default route: Django's EMAIL_* relay ------------------------------------------------------
 
 
-@pytest.mark.parametrize(("email", "expected"), [
-    ({"EMAIL_HOST": "smtp.provider.example", "EMAIL_PORT": 587, "EMAIL_USE_TLS": True,
-      "EMAIL_HOST_USER": "me", "EMAIL_HOST_PASSWORD": "pw"},
-     RelayRoute(host="smtp.provider.example", port=587, username="me", password="pw", tls="starttls")),
-    ({"EMAIL_HOST": "smtp.provider.example", "EMAIL_PORT": "465", "EMAIL_USE_SSL": True, "EMAIL_TIMEOUT": 20,
-      "EMAIL_SSL_CERTFILE": "/etc/mail/client.pem", "EMAIL_SSL_KEYFILE": "/etc/mail/client.key"},
-     RelayRoute(host="smtp.provider.example", port=465, tls="implicit", timeout=20,
-                ssl_certfile="/etc/mail/client.pem", ssl_keyfile="/etc/mail/client.key")),
-    # Django logs in only with both a user and a password
-    ({"EMAIL_HOST": "10.0.0.5", "EMAIL_PORT": 2525, "EMAIL_HOST_USER": "me"},
-     RelayRoute(host="10.0.0.5", port=2525, tls="none")),
-])
-def test_without_routes_star_is_the_relay_djangos_smtp_backend_uses(email: dict[str, Any],
-                                                                     expected: RelayRoute) -> None:
+@pytest.mark.parametrize(
+    ("email", "expected"),
+    [
+        (
+            {
+                "EMAIL_HOST": "smtp.provider.example",
+                "EMAIL_PORT": 587,
+                "EMAIL_USE_TLS": True,
+                "EMAIL_HOST_USER": "me",
+                "EMAIL_HOST_PASSWORD": "pw",
+            },
+            RelayRoute(host="smtp.provider.example", port=587, username="me", password="pw", tls="starttls"),
+        ),
+        (
+            {
+                "EMAIL_HOST": "smtp.provider.example",
+                "EMAIL_PORT": "465",
+                "EMAIL_USE_SSL": True,
+                "EMAIL_TIMEOUT": 20,
+                "EMAIL_SSL_CERTFILE": "/etc/mail/client.pem",
+                "EMAIL_SSL_KEYFILE": "/etc/mail/client.key",
+            },
+            RelayRoute(
+                host="smtp.provider.example",
+                port=465,
+                tls="implicit",
+                timeout=20,
+                ssl_certfile="/etc/mail/client.pem",
+                ssl_keyfile="/etc/mail/client.key",
+            ),
+        ),
+        # Django logs in only with both a user and a password
+        (
+            {"EMAIL_HOST": "10.0.0.5", "EMAIL_PORT": 2525, "EMAIL_HOST_USER": "me"},
+            RelayRoute(host="10.0.0.5", port=2525, tls="none"),
+        ),
+    ],
+)
+def test_without_routes_star_is_the_relay_djangos_smtp_backend_uses(
+    email: dict[str, Any], expected: RelayRoute
+) -> None:
     with override_settings(**email):
         assert get_settings().routes == {"*": expected}
         with override_settings(MAILQUEUE={"ROUTES": {"corp.example": "mx"}}):
@@ -159,11 +216,20 @@ def test_without_routes_star_is_the_relay_djangos_smtp_backend_uses(email: dict[
 
 
 def test_a_relay_timeout_bounds_each_step_but_not_the_session() -> None:
-    parsed = load_settings({"ROUTES": {"*": {"HOST": "h", "TIMEOUT": 7}, "mx.example": "mx"},
-                            "TIMEOUTS": {"SESSION": 99, "DATA_END": 900}})
+    parsed = load_settings(
+        {"ROUTES": {"*": {"HOST": "h", "TIMEOUT": 7}, "mx.example": "mx"}, "TIMEOUTS": {"SESSION": 99, "DATA_END": 900}}
+    )
     relayed = parsed.timeouts_for(parsed.route_for("anything.example"))
-    assert (relayed.connect, relayed.greeting, relayed.mail, relayed.rcpt, relayed.data, relayed.data_block,
-            relayed.data_end, relayed.session) == (7, 7, 7, 7, 7, 7, 7, 99)
+    assert (
+        relayed.connect,
+        relayed.greeting,
+        relayed.mail,
+        relayed.rcpt,
+        relayed.data,
+        relayed.data_block,
+        relayed.data_end,
+        relayed.session,
+    ) == (7, 7, 7, 7, 7, 7, 7, 99)
     assert parsed.timeouts_for(parsed.route_for("mx.example")) == parsed.timeouts
 
 
@@ -187,8 +253,13 @@ def check_messages(**overrides: Any) -> dict[str, str]:
 
 
 def test_check_says_where_mail_goes_when_routes_leave_star_out() -> None:
-    email = {"EMAIL_HOST": "smtp.provider.example", "EMAIL_PORT": 587, "EMAIL_USE_TLS": True,
-             "EMAIL_HOST_USER": "me", "EMAIL_HOST_PASSWORD": "hunter2-secret"}
+    email = {
+        "EMAIL_HOST": "smtp.provider.example",
+        "EMAIL_PORT": 587,
+        "EMAIL_USE_TLS": True,
+        "EMAIL_HOST_USER": "me",
+        "EMAIL_HOST_PASSWORD": "hunter2-secret",
+    }
     info = check_messages(MAILQUEUE={"HOSTNAME": "mail.example.com"}, **email)["mailqueue.I001"]
     assert "is not set, so all mail goes through the relay smtp.provider.example:587 (STARTTLS" in info
     assert "hunter2-secret" not in info
@@ -201,11 +272,20 @@ def test_check_says_where_mail_goes_when_routes_leave_star_out() -> None:
     assert "mailqueue.I001" in out.getvalue()
 
 
-@pytest.mark.parametrize(("hostname", "warned"), [
-    ("localhost", True), ("localhost.localdomain", True), ("LOCALHOST.", True), ("mailhost", True),
-    ("192.0.2.1", True), ("2001:db8::1", True),
-    ("mail.example.com", False), ("[192.0.2.1]", False), ("[IPv6:2001:db8::1]", False),
-])
+@pytest.mark.parametrize(
+    ("hostname", "warned"),
+    [
+        ("localhost", True),
+        ("localhost.localdomain", True),
+        ("LOCALHOST.", True),
+        ("mailhost", True),
+        ("192.0.2.1", True),
+        ("2001:db8::1", True),
+        ("mail.example.com", False),
+        ("[192.0.2.1]", False),
+        ("[IPv6:2001:db8::1]", False),
+    ],
+)
 def test_check_warns_of_an_ehlo_name_a_strict_mx_refuses(hostname: str, warned: bool) -> None:
     mx = check_messages(MAILQUEUE={"HOSTNAME": hostname, "ROUTES": {"*": "mx"}})
     assert ("mailqueue.W003" in mx) is warned

@@ -145,8 +145,10 @@ class Deliverer:
         if destinations:
             wire = await self._message(message)
             semaphore = asyncio.Semaphore(self._max_sessions)
-            sessions = [self._deliver_to(dest, envelope_sender.wire, wire, deadline, progress[key], semaphore)
-                        for key, dest in destinations.items()]
+            sessions = [
+                self._deliver_to(dest, envelope_sender.wire, wire, deadline, progress[key], semaphore)
+                for key, dest in destinations.items()
+            ]
             # Past the deadline (and its grace) the sessions still running are cancelled; their
             # recipients stay without an outcome and are deferred below.
             with contextlib.suppress(TimeoutError):
@@ -174,8 +176,9 @@ class Deliverer:
             outcomes.append(RecipientOutcome(address, found.state, found.reply, found.remote_mta))
             if recipient.wire in progress[key].possibly_delivered:
                 possibly.add(address)
-        return AttemptResult(tuple(outcomes), frozenset(possibly), tuple(errors),
-                             started=started, finished=self.clock.now())
+        return AttemptResult(
+            tuple(outcomes), frozenset(possibly), tuple(errors), started=started, finished=self.clock.now()
+        )
 
     def _unfinished(self, progress: _Progress) -> Reply:
         """The reply for a recipient its session left without an outcome."""
@@ -193,11 +196,15 @@ class Deliverer:
         if isinstance(self.settings.route_for(recipient.domain), RelayRoute):
             return recipient
         if not recipient.domain:
-            return replies.own_reply(replies.BAD_RECIPIENT, f"recipient address {address!r} has no domain, and "
-                                                            "only a relay route can take one")
+            return replies.own_reply(
+                replies.BAD_RECIPIENT,
+                f"recipient address {address!r} has no domain, and only a relay route can take one",
+            )
         if sender.wire and not sender.domain:
-            return replies.own_reply(replies.BAD_SENDER, f"sender address {sender.given!r} has no domain, and "
-                                                         f"{recipient.domain} is routed to its MX hosts")
+            return replies.own_reply(
+                replies.BAD_SENDER,
+                f"sender address {sender.given!r} has no domain, and {recipient.domain} is routed to its MX hosts",
+            )
         return recipient
 
     def _key(self, recipient: EnvelopeAddress) -> tuple[object, ...]:
@@ -206,8 +213,9 @@ class Deliverer:
             return ("relay", route)
         return ("mx", recipient.domain)
 
-    def _destination(self, destinations: dict[tuple[object, ...], _Destination],
-                     recipient: EnvelopeAddress) -> _Destination:
+    def _destination(
+        self, destinations: dict[tuple[object, ...], _Destination], recipient: EnvelopeAddress
+    ) -> _Destination:
         key = self._key(recipient)
         if key not in destinations:
             route = self.settings.route_for(recipient.domain)
@@ -220,8 +228,9 @@ class Deliverer:
     async def _message(self, message: bytes) -> _Message:
         def build() -> _Message:
             normalized = normalize_line_endings(message)
-            return _Message(dot_stuff(normalized), len(normalized),
-                            headers_need_smtputf8(normalized), has_8bit(normalized))
+            return _Message(
+                dot_stuff(normalized), len(normalized), headers_need_smtputf8(normalized), has_8bit(normalized)
+            )
 
         if len(message) > _THREAD_THRESHOLD:
             return await asyncio.to_thread(build)
@@ -238,8 +247,11 @@ class Deliverer:
                     return await self.resolver.resolve_host(dest.route.host)
                 return await self.resolver.resolve_domain(dest.name)
         except TimeoutError:
-            return Resolution(failure=replies.own_reply(
-                replies.DNS_TEMPORARY, f"DNS lookup of {dest.name} did not finish before the attempt deadline"))
+            return Resolution(
+                failure=replies.own_reply(
+                    replies.DNS_TEMPORARY, f"DNS lookup of {dest.name} did not finish before the attempt deadline"
+                )
+            )
         except Exception as exc:
             logger.error("resolver bug looking up %s: %s", dest.name, type(exc).__name__)
             return Resolution(failure=replies.own_reply(replies.DNS_TEMPORARY, f"DNS lookup of {dest.name} failed"))
@@ -255,8 +267,15 @@ class Deliverer:
             self._relay_contexts[route] = await asyncio.to_thread(self._relay_tls_factory, route)
         return route.tls, self._relay_contexts[route]
 
-    async def _deliver_to(self, dest: _Destination, sender: str, message: _Message, deadline: float,
-                          progress: _Progress, semaphore: asyncio.Semaphore) -> None:
+    async def _deliver_to(
+        self,
+        dest: _Destination,
+        sender: str,
+        message: _Message,
+        deadline: float,
+        progress: _Progress,
+        semaphore: asyncio.Semaphore,
+    ) -> None:
         """One destination's sessions; a bug in them defers its recipients (never raises)."""
         try:
             async with semaphore:
@@ -265,8 +284,9 @@ class Deliverer:
             logger.error("delivery bug delivering to %s: %s", dest.name, type(exc).__name__)
             progress.failed = True
 
-    async def _deliver_to_destination(self, dest: _Destination, sender: str, message: _Message, deadline: float,
-                                      progress: _Progress) -> None:
+    async def _deliver_to_destination(
+        self, dest: _Destination, sender: str, message: _Message, deadline: float, progress: _Progress
+    ) -> None:
         loop = asyncio.get_running_loop()
         route = dest.route
         recipients = dest.wire_recipients
@@ -299,24 +319,40 @@ class Deliverer:
             decide_all(replies.own_reply(replies.MISCONFIGURED, text), RecipientState.PENDING)
             return
 
-        envelope = Envelope(sender=sender, recipients=recipients, data=message.data, size=message.size,
-                            utf8_headers=message.utf8_headers, eightbit=message.eightbit,
-                            rcpt_limit=self.settings.rcpt_limit)
+        envelope = Envelope(
+            sender=sender,
+            recipients=recipients,
+            data=message.data,
+            size=message.size,
+            utf8_headers=message.utf8_headers,
+            eightbit=message.eightbit,
+            rcpt_limit=self.settings.rcpt_limit,
+        )
         last: Reply | None = None
         last_host = ""
         for host, address in _addresses(resolution.hosts, self.settings.mx_address_limit):
             if loop.time() >= deadline:
                 break
-            target = Target(host=host, address=address, port=port, tls=policy, tls_context=context,
-                            helo_name=self.settings.hostname, timeouts=self.settings.timeouts_for(route),
-                            deadline=deadline,
-                            username=username, password=password)
+            target = Target(
+                host=host,
+                address=address,
+                port=port,
+                tls=policy,
+                tls_context=context,
+                helo_name=self.settings.hostname,
+                timeouts=self.settings.timeouts_for(route),
+                deadline=deadline,
+                username=username,
+                password=password,
+            )
             try:
                 report = await self.transport.send(target, envelope)
             except Exception as exc:  # a transport must not raise; one that does defers, never bounces
                 logger.error("transport bug with %s: %s", target.label, type(exc).__name__)
-                report = SessionReport(host=host, next_host=replies.own_reply(
-                    replies.INTERNAL, f"internal error delivering to {target.label}"))
+                report = SessionReport(
+                    host=host,
+                    next_host=replies.own_reply(replies.INTERNAL, f"internal error delivering to {target.label}"),
+                )
             for error in report.errors:
                 progress.add_error(error)
             if report.next_host is not None and not report.outcomes:
@@ -326,7 +362,8 @@ class Deliverer:
                 progress.outcomes.setdefault(recipient, outcome)
             progress.possibly_delivered.update(report.possibly_delivered)
             missing = report.next_host or replies.own_reply(
-                replies.INTERNAL, f"the session with {target.label} left the recipient undecided")
+                replies.INTERNAL, f"the session with {target.label} left the recipient undecided"
+            )
             decide_all(missing, RecipientState.PENDING, host)
             _log_destination(dest.name, target.label, recipients, progress)
             return
@@ -350,8 +387,14 @@ def _log_destination(name: str, label: str, recipients: tuple[str, ...], progres
         outcome = progress.outcomes.get(recipient)
         if outcome is not None:
             counts[outcome.state] += 1
-    logger.info("%s via %s: %d delivered, %d failed, %d pending", name, label,
-                counts[RecipientState.DELIVERED], counts[RecipientState.FAILED], counts[RecipientState.PENDING])
+    logger.info(
+        "%s via %s: %d delivered, %d failed, %d pending",
+        name,
+        label,
+        counts[RecipientState.DELIVERED],
+        counts[RecipientState.FAILED],
+        counts[RecipientState.PENDING],
+    )
 
 
 __all__ = ["AttemptResult", "Deliverer"]

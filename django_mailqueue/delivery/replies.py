@@ -75,7 +75,7 @@ def server_reply(code: int, text: str, *, mask: Callable[[str], str] | None = No
         match = _ENHANCED.match(line)
         if match and match.group(1) == str(code)[:1]:
             status = status or match.group(0)
-            line = line[match.end():].strip()
+            line = line[match.end() :].strip()
         lines.append(line)
     if not status:
         status = _CODE_CLASS_STATUS.get(code // 100, "4.0.0")

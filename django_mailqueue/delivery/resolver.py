@@ -156,11 +156,11 @@ class DnsResolver:
 
         mx = await self._query(domain, dns.rdatatype.MX)
         if mx.kind is _Kind.NXDOMAIN:
-            return Resolution(failure=replies.own_reply(
-                replies.NO_SUCH_DOMAIN, f"Host or domain name not found: {mx.reason}"))
+            return Resolution(
+                failure=replies.own_reply(replies.NO_SUCH_DOMAIN, f"Host or domain name not found: {mx.reason}")
+            )
         if mx.kind is _Kind.TEMPORARY:
-            return Resolution(failure=replies.own_reply(
-                replies.DNS_TEMPORARY, f"Temporary DNS failure: {mx.reason}"))
+            return Resolution(failure=replies.own_reply(replies.DNS_TEMPORARY, f"Temporary DNS failure: {mx.reason}"))
         if mx.kind is _Kind.NODATA:
             return await self._implicit(domain)
         assert mx.answer is not None
@@ -174,8 +174,11 @@ class DnsResolver:
             records.append((int(rdata.preference), exchange.to_text(omit_final_dot=True).lower()))
         if not records:
             if null_mx:
-                return Resolution(failure=replies.own_reply(
-                    replies.NULL_MX, f"Domain {domain} does not accept mail (null MX, RFC 7505)"))
+                return Resolution(
+                    failure=replies.own_reply(
+                        replies.NULL_MX, f"Domain {domain} does not accept mail (null MX, RFC 7505)"
+                    )
+                )
             return await self._implicit(domain)
         return await self._mx_hosts(domain, records)
 
@@ -206,10 +209,12 @@ class DnsResolver:
         if hosts:
             return Resolution(hosts=tuple(hosts))
         if temporary:
-            return Resolution(failure=replies.own_reply(
-                replies.DNS_TEMPORARY, f"Temporary DNS failure looking up the MX hosts of {domain}: {temporary[0]}"))
-        return Resolution(failure=replies.own_reply(
-            replies.UNROUTABLE, f"No MX host of {domain} has an address"))
+            return Resolution(
+                failure=replies.own_reply(
+                    replies.DNS_TEMPORARY, f"Temporary DNS failure looking up the MX hosts of {domain}: {temporary[0]}"
+                )
+            )
+        return Resolution(failure=replies.own_reply(replies.UNROUTABLE, f"No MX host of {domain} has an address"))
 
     async def _implicit(self, domain: str) -> Resolution:
         addresses, lookups = await self._addresses(domain)
@@ -217,10 +222,14 @@ class DnsResolver:
             return Resolution(hosts=(MailHost(domain, 0, addresses),), implicit=True)
         temporary = [lookup.reason for lookup in lookups if lookup.kind is _Kind.TEMPORARY]
         if temporary:
-            return Resolution(failure=replies.own_reply(
-                replies.DNS_TEMPORARY, f"Temporary DNS failure: {temporary[0]}"))
-        return Resolution(failure=replies.own_reply(
-            replies.NO_SUCH_DOMAIN, f"Host or domain name not found: {domain} has no MX, A or AAAA record"))
+            return Resolution(
+                failure=replies.own_reply(replies.DNS_TEMPORARY, f"Temporary DNS failure: {temporary[0]}")
+            )
+        return Resolution(
+            failure=replies.own_reply(
+                replies.NO_SUCH_DOMAIN, f"Host or domain name not found: {domain} has no MX, A or AAAA record"
+            )
+        )
 
     async def resolve_host(self, host: str) -> Resolution:
         literal = ip_literal(host)
@@ -231,13 +240,20 @@ class DnsResolver:
             infos = await loop.getaddrinfo(host, None, type=socket.SOCK_STREAM)
         except socket.gaierror as exc:
             if exc.errno in (socket.EAI_NONAME, getattr(socket, "EAI_NODATA", socket.EAI_NONAME)):
-                return Resolution(failure=replies.own_reply(
-                    replies.MISCONFIGURED, f"Relay host {host} not found: {exc.strerror}"))
-            return Resolution(failure=replies.own_reply(
-                replies.DNS_TEMPORARY, f"Temporary failure looking up relay host {host}: {exc.strerror}"))
+                return Resolution(
+                    failure=replies.own_reply(replies.MISCONFIGURED, f"Relay host {host} not found: {exc.strerror}")
+                )
+            return Resolution(
+                failure=replies.own_reply(
+                    replies.DNS_TEMPORARY, f"Temporary failure looking up relay host {host}: {exc.strerror}"
+                )
+            )
         except OSError as exc:
-            return Resolution(failure=replies.own_reply(
-                replies.DNS_TEMPORARY, f"Temporary failure looking up relay host {host}: {exc}"))
+            return Resolution(
+                failure=replies.own_reply(
+                    replies.DNS_TEMPORARY, f"Temporary failure looking up relay host {host}: {exc}"
+                )
+            )
         ipv4 = [str(info[4][0]) for info in infos if info[0] == socket.AF_INET]
         ipv6 = [str(info[4][0]) for info in infos if info[0] == socket.AF_INET6]
         addresses = tuple(dict.fromkeys(ipv4 + ipv6))
@@ -256,7 +272,6 @@ def ip_literal(host: str) -> str | None:
         return str(ipaddress.ip_address(inner))
     except ValueError:
         return None
-
 
 
 __all__ = ["DnsResolver", "MailHost", "MxResolver", "Resolution", "ip_literal"]

@@ -78,8 +78,13 @@ class SmtpTransport:
     goes through a new one.
     """
 
-    def __init__(self, *, cache_time: float = 0.0, reuse_time: float = REUSE_TIME,
-                 destination_concurrency: int = DESTINATION_CONCURRENCY) -> None:
+    def __init__(
+        self,
+        *,
+        cache_time: float = 0.0,
+        reuse_time: float = REUSE_TIME,
+        destination_concurrency: int = DESTINATION_CONCURRENCY,
+    ) -> None:
         self.cache_time = cache_time
         self.reuse_time = reuse_time
         self.destination_concurrency = destination_concurrency
@@ -95,16 +100,18 @@ class SmtpTransport:
 
     @staticmethod
     def _key(target: Target) -> _CacheKey:
-        return (target.address, target.port, target.tls, target.username, target.helo_name,
-                id(target.tls_context))
+        return (target.address, target.port, target.tls, target.username, target.helo_name, id(target.tls_context))
 
     def _take(self, key: _CacheKey) -> _Idle | None:
         now = asyncio.get_running_loop().time()
         pool = self._idle.get(key)
         while pool:
             idle = pool.pop()
-            if (now - idle.idle_since <= self.cache_time and now - idle.opened <= self.reuse_time
-                    and idle.smtp.is_connected):
+            if (
+                now - idle.idle_since <= self.cache_time
+                and now - idle.opened <= self.reuse_time
+                and idle.smtp.is_connected
+            ):
                 return idle
             self._retire(idle)
         return None
@@ -113,8 +120,9 @@ class SmtpTransport:
         pool = self._idle.setdefault(key, [])
         pool.append(idle)  # the pool stays oldest first: `_take` takes the newest
         if key not in self._expiry:
-            self._expiry[key] = asyncio.get_running_loop().call_at(idle.idle_since + self.cache_time + 0.05,
-                                                                   self._expire, key)
+            self._expiry[key] = asyncio.get_running_loop().call_at(
+                idle.idle_since + self.cache_time + 0.05, self._expire, key
+            )
 
     def _expire(self, key: _CacheKey) -> None:
         """Close the pool's connections idle past `cache_time`; come back for the oldest left."""
@@ -138,8 +146,7 @@ class SmtpTransport:
         task.add_done_callback(self._quitting.discard)
 
     async def send(self, target: Target, envelope: Envelope) -> SessionReport:
-        limit = self._limits.setdefault((target.address, target.port),
-                                        asyncio.Semaphore(self.destination_concurrency))
+        limit = self._limits.setdefault((target.address, target.port), asyncio.Semaphore(self.destination_concurrency))
         async with limit:
             key = self._key(target)
             cached = self._take(key)
@@ -188,8 +195,16 @@ _Opportunistic = Literal["tls", "plain", "retry", "next"]
 
 
 class _Session:
-    def __init__(self, target: Target, envelope: Envelope, report: SessionReport, cached: _Idle | None = None,
-                 *, keep: bool = False, access: Access = aiosmtplib_adapter.ACCESS) -> None:
+    def __init__(
+        self,
+        target: Target,
+        envelope: Envelope,
+        report: SessionReport,
+        cached: _Idle | None = None,
+        *,
+        keep: bool = False,
+        access: Access = aiosmtplib_adapter.ACCESS,
+    ) -> None:
         self.target = target
         self.access = access
         #: keep the connection for the next message when the session ends well
@@ -267,11 +282,15 @@ class _Session:
         seconds = self.target.timeouts.session
         if self.report.awaiting_reply:
             self.report.possibly_delivered.update(self.report.awaiting_reply)
-            reply = self.own(replies.NO_ANSWER, f"attempt deadline of {seconds:g} s passed waiting for {label} "
-                                                "to answer the end of data: the message may have been delivered")
+            reply = self.own(
+                replies.NO_ANSWER,
+                f"attempt deadline of {seconds:g} s passed waiting for {label} "
+                "to answer the end of data: the message may have been delivered",
+            )
         else:
-            reply = self.own(replies.NO_ANSWER, f"attempt deadline of {seconds:g} s passed while {self.doing} "
-                                                f"with {label}")
+            reply = self.own(
+                replies.NO_ANSWER, f"attempt deadline of {seconds:g} s passed while {self.doing} with {label}"
+            )
         self.report.next_host = None
         self.end(reply)
 
@@ -298,8 +317,14 @@ class _Session:
                 return None
         else:
             await self.steps()
-        if (self.smtp is None or not self.smtp.is_connected or self.report.ended or self.report.next_host
-                or self.refused or not self.keep):
+        if (
+            self.smtp is None
+            or not self.smtp.is_connected
+            or self.report.ended
+            or self.report.next_host
+            or self.refused
+            or not self.keep
+        ):
             await self.quit()
             return None
         return await self.release()
@@ -367,13 +392,15 @@ class _Session:
         except ssl.SSLError as exc:
             return self.implicit_tls_failed(exc)
         except TimeoutError:
-            return self.skip_host(self.own(replies.NO_ANSWER, f"no greeting from {target.label} within "
-                                                              f"{target.timeouts.greeting:g} s"))
+            return self.skip_host(
+                self.own(replies.NO_ANSWER, f"no greeting from {target.label} within {target.timeouts.greeting:g} s")
+            )
         except SMTPConnectError as exc:
             if isinstance(exc.__cause__, ssl.SSLError):  # aiosmtplib wraps a failed implicit TLS handshake
                 return self.implicit_tls_failed(exc.__cause__)
-            return self.skip_host(self.own(replies.CONNECTION_DROPPED,
-                                           f"lost connection with {target.label} while {self.doing}"))
+            return self.skip_host(
+                self.own(replies.CONNECTION_DROPPED, f"lost connection with {target.label} while {self.doing}")
+            )
         except Exception as exc:
             return self.skip_host(self.failure(exc))
         self.tls_active = implicit
@@ -409,8 +436,9 @@ class _Session:
     async def _starttls(self) -> None:
         assert self.smtp is not None
         self.doing = "starting TLS"
-        await self.smtp.starttls(server_hostname=self.target.host, tls_context=self.target.tls_context,
-                                 timeout=self.target.timeouts.greeting)
+        await self.smtp.starttls(
+            server_hostname=self.target.host, tls_context=self.target.tls_context, timeout=self.target.timeouts.greeting
+        )
         # RFC 3207 §4.2: forget what was learned before TLS (aiosmtplib did), ask again
         self.doing = "sending EHLO after STARTTLS"
         await self.smtp.ehlo(hostname=self.target.helo_name, timeout=self.target.timeouts.greeting)
@@ -424,10 +452,19 @@ class _Session:
             if exc.code == 421:
                 self.skip_host(self.reply(exc.code, exc.message))
                 return "next"
-            if exc.code > 0 and self.smtp is not None and self.smtp.is_connected and not self.tls_active \
-                    and self.doing == "starting TLS":
-                logger.info("%s refused STARTTLS (%s %s); going on in plain text",
-                            self.target.label, exc.code, self.mask(exc.message))
+            if (
+                exc.code > 0
+                and self.smtp is not None
+                and self.smtp.is_connected
+                and not self.tls_active
+                and self.doing == "starting TLS"
+            ):
+                logger.info(
+                    "%s refused STARTTLS (%s %s); going on in plain text",
+                    self.target.label,
+                    exc.code,
+                    self.mask(exc.message),
+                )
                 return "plain"
             logger.info("TLS with %s failed (%s); retrying in plain text", self.target.label, self.failure(exc).text)
             return "retry"
@@ -442,8 +479,10 @@ class _Session:
         label = self.target.label
         if not self.offers("starttls"):
             reply = self.own(replies.TLS_NOT_OFFERED, f"TLS is required, but was not offered by {label}")
-            self.operator_error(f"relay {label} does not offer STARTTLS, which the route requires "
-                                '(TLS "starttls"); nothing was sent, no credentials either')
+            self.operator_error(
+                f"relay {label} does not offer STARTTLS, which the route requires "
+                '(TLS "starttls"); nothing was sent, no credentials either'
+            )
             return self.skip_host(reply)
         try:
             await self._starttls()
@@ -472,8 +511,9 @@ class _Session:
             self.operator_error(f"relay {label} offers no AUTH mechanism, and the route has USERNAME")
             return self.skip_host(self.own(replies.AUTH_FAILED, f"{label} offered no authentication mechanism"))
         try:
-            await self.smtp.login(self.target.username, self.target.password or "",
-                                  timeout=self.target.timeouts.greeting)
+            await self.smtp.login(
+                self.target.username, self.target.password or "", timeout=self.target.timeouts.greeting
+            )
         except SMTPAuthenticationError as exc:
             reply = replies.temporary(self.reply(exc.code, exc.message))
             self.operator_error(f"relay {label} refused the credentials of {self.target.username!r}: {reply}")
@@ -575,13 +615,14 @@ class _Session:
         envelope, label = self.envelope, self.target.label
         size_limit = _size_limit(self.smtp.esmtp_extensions.get("size", ""))
         if size_limit and envelope.size > size_limit:
-            reply = self.own(replies.TOO_BIG, f"message size {envelope.size} exceeds size limit {size_limit} "
-                                              f"of {label}")
+            reply = self.own(
+                replies.TOO_BIG, f"message size {envelope.size} exceeds size limit {size_limit} of {label}"
+            )
             self.report.decide_rest(envelope.recipients, reply, RecipientState.FAILED)
             return
         limit = max(1, envelope.rcpt_limit)
         for start in range(0, len(envelope.recipients), limit):
-            chunk = envelope.recipients[start:start + limit]
+            chunk = envelope.recipients[start : start + limit]
             while chunk and not self.report.ended:
                 chunk = await self.transaction(chunk)  # those the server had no room for: again, at once
 
@@ -603,10 +644,17 @@ class _Session:
         if utf8:
             mail.append(b"SMTPUTF8")
         rcpts = [b"TO:<" + recipient.encode(encoding) + b">" for recipient in chunk]
-        if (self.access.pipelining and self.offers("pipelining")
-                and not self.send_group([(b" ".join(mail), timeouts.mail, "sending MAIL FROM"),
-                                         *((b"RCPT " + to, timeouts.rcpt, "sending RCPT TO") for to in rcpts),
-                                         (b"DATA", timeouts.data, "sending DATA")])):
+        if (
+            self.access.pipelining
+            and self.offers("pipelining")
+            and not self.send_group(
+                [
+                    (b" ".join(mail), timeouts.mail, "sending MAIL FROM"),
+                    *((b"RCPT " + to, timeouts.rcpt, "sending RCPT TO") for to in rcpts),
+                    (b"DATA", timeouts.data, "sending DATA"),
+                ]
+            )
+        ):
             return ()
         response = await self.command(*mail, timeout=timeouts.mail, doing="sending MAIL FROM")
         if response is None:
@@ -633,8 +681,13 @@ class _Session:
                 self.report.decide(recipient, reply, replies.state_of(reply))
         self.refused = not accepted
         if again:
-            logger.debug("%s took %d recipients of %d; the other %d go in the next transaction", label,
-                         len(accepted), len(chunk), len(again))
+            logger.debug(
+                "%s took %d recipients of %d; the other %d go in the next transaction",
+                label,
+                len(accepted),
+                len(chunk),
+                len(again),
+            )
         if not accepted:
             await self.rset()
             return ()
@@ -669,7 +722,7 @@ class _Session:
             view = memoryview(data)
             last = max(0, (len(data) - 1) // DATA_BLOCK_SIZE * DATA_BLOCK_SIZE)
             for start in range(0, last, DATA_BLOCK_SIZE):
-                protocol.write(view[start:start + DATA_BLOCK_SIZE])  # type: ignore[arg-type]  # any buffer
+                protocol.write(view[start : start + DATA_BLOCK_SIZE])  # type: ignore[arg-type]  # any buffer
                 await self.access.drain(protocol, timeouts.data_block)
             protocol.write(bytes(view[last:]) + END_OF_DATA)
             await self.access.drain(protocol, timeouts.data_block)

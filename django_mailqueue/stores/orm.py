@@ -223,8 +223,9 @@ class OrmStore(QueueStore):
                     cursor.execute("SELECT pg_notify(%s, '')", [NOTIFY_CHANNEL])
         return added
 
-    def _add_postgres(self, conn: BaseDatabaseWrapper, items: Sequence[NewItem], now: datetime,
-                      now_us: int) -> builtins.list[QueueItem]:
+    def _add_postgres(
+        self, conn: BaseDatabaseWrapper, items: Sequence[NewItem], now: datetime, now_us: int
+    ) -> builtins.list[QueueItem]:
         """Items, recipients and messages in one statement per 500 items (one round trip): atomic by
         itself in autocommit, and a part of the caller's transaction inside one."""
         added: builtins.list[QueueItem] = []
@@ -235,14 +236,15 @@ class OrmStore(QueueStore):
                 with transaction.atomic(using=self.alias):
                     return self._add_postgres(conn, items, now, now_us)
             for start in range(0, len(items), 500):
-                chunk = items[start:start + 500]
+                chunk = items[start : start + 500]
                 added.extend(self._insert_postgres(conn, chunk, now, now_us))
         except DatabaseError as exc:
             raise _unavailable(exc) from exc
         return added
 
-    def _insert_postgres(self, conn: BaseDatabaseWrapper, items: Sequence[NewItem], now: datetime,
-                         now_us: int) -> builtins.list[QueueItem]:
+    def _insert_postgres(
+        self, conn: BaseDatabaseWrapper, items: Sequence[NewItem], now: datetime, now_us: int
+    ) -> builtins.list[QueueItem]:
         # Columns as arrays, unnested by the server: the statement's text is the same for every
         # batch (parsed once by psycopg), and no parameter list grows with the batch.
         ids: builtins.list[uuid.UUID] = []
@@ -276,36 +278,69 @@ class OrmStore(QueueStore):
             # One item (every send_mail()): plain parameters, the recipients as a VALUES list —
             # no arrays to dump and no joins to plan, twice the rate of the general statement.
             sql = _POSTGRES_ADD_ONE.format(rows=", ".join(["(%b, %b, %b)"] * len(r_ids)), **_TABLES)
-            params: builtins.list[Any] = [ids[0], senders[0], sizes[0], now_us, dues[0], queues[0],
-                                          message_ids[0], subjects[0]]
+            params: builtins.list[Any] = [
+                ids[0],
+                senders[0],
+                sizes[0],
+                now_us,
+                dues[0],
+                queues[0],
+                message_ids[0],
+                subjects[0],
+            ]
             for position, address, domain in zip(r_positions, r_addresses, r_domains, strict=True):
                 params += [position, address, domain]
             params += [data[0], NOTIFY_CHANNEL]
         else:
             sql = _POSTGRES_ADD.format(**_TABLES)
-            params = [now_us, ids, senders, sizes, dues, queues, message_ids, subjects,
-                      r_ids, r_positions, r_addresses, r_domains, ids, data, NOTIFY_CHANNEL]
+            params = [
+                now_us,
+                ids,
+                senders,
+                sizes,
+                dues,
+                queues,
+                message_ids,
+                subjects,
+                r_ids,
+                r_positions,
+                r_addresses,
+                r_domains,
+                ids,
+                data,
+                NOTIFY_CHANNEL,
+            ]
         with binary_cursor(conn) as cursor:
             cursor.execute(sql, params)
         return result
 
-    def _insert_sqlite(self, conn: BaseDatabaseWrapper, items: Sequence[NewItem], now: datetime,
-                       now_us: int) -> builtins.list[QueueItem]:
+    def _insert_sqlite(
+        self, conn: BaseDatabaseWrapper, items: Sequence[NewItem], now: datetime, now_us: int
+    ) -> builtins.list[QueueItem]:
         """Items, recipients and messages in three statements per 500 items, without model instances
         (the ORM's bulk_create costs more than SQLite's own work here)."""
         result: builtins.list[QueueItem] = []
         with conn.cursor() as cursor:
             for start in range(0, len(items), 500):
-                chunk = items[start:start + 500]
+                chunk = items[start : start + 500]
                 params: builtins.list[Any] = []
                 for new in chunk:
                     item = _as_added(new, now, now_us)
-                    params += [new.id.hex, new.sender, item.size, now_us, to_micros(item.next_attempt), new.queue,
-                               item.message_id, item.subject]
+                    params += [
+                        new.id.hex,
+                        new.sender,
+                        item.size,
+                        now_us,
+                        to_micros(item.next_attempt),
+                        new.queue,
+                        item.message_id,
+                        item.subject,
+                    ]
                     result.append(item)
                 cursor.execute(
-                    _SQLITE_ADD_ITEMS.format(items=QueuedItem._meta.db_table,
-                                             rows=", ".join([_SQLITE_ITEM_ROW] * len(chunk))),
+                    _SQLITE_ADD_ITEMS.format(
+                        items=QueuedItem._meta.db_table, rows=", ".join([_SQLITE_ITEM_ROW] * len(chunk))
+                    ),
                     params,
                 )
                 seq_of = {uuid.UUID(hex=str(item_id)): seq for item_id, seq in cursor.fetchall()}
@@ -313,8 +348,11 @@ class OrmStore(QueueStore):
                     f"INSERT INTO {QueuedRecipient._meta.db_table} "  # noqa: S608 - table names are ours
                     "(item_id, position, address, domain, state, reply_status, reply_text, remote_mta) "
                     "VALUES (%s, %s, %s, %s, 'pending', '', '', '')",
-                    [(seq_of[new.id], position, address, address_domain(address))
-                     for new in chunk for position, address in enumerate(new.recipients)],
+                    [
+                        (seq_of[new.id], position, address, address_domain(address))
+                        for new in chunk
+                        for position, address in enumerate(new.recipients)
+                    ],
                 )
                 cursor.executemany(
                     f"INSERT INTO {QueuedMessage._meta.db_table} (item_id, data) VALUES (%s, %s)",  # noqa: S608
@@ -459,8 +497,11 @@ class OrmStore(QueueStore):
         with self._read():
             if self._connection.vendor == "postgresql":
                 return self._read_messages_binary(list(item_ids))
-            rows = (QueuedMessage.objects.using(self.alias).filter(item__id__in=list(item_ids))
-                    .values_list("item__id", "data"))
+            rows = (
+                QueuedMessage.objects.using(self.alias)
+                .filter(item__id__in=list(item_ids))
+                .values_list("item__id", "data")
+            )
             return {item_id: bytes(data) for item_id, data in rows}
 
     def read_message(self, item_id: uuid.UUID) -> bytes | None:
@@ -678,8 +719,11 @@ _POSTGRES_ADD_ONE = (
     "messages AS (INSERT INTO {messages} (item_id, data) SELECT added.seq, %b FROM added) "
     "SELECT pg_notify(%b, '')"
 )
-_TABLES = {"items": QueuedItem._meta.db_table, "recipients": QueuedRecipient._meta.db_table,
-           "messages": QueuedMessage._meta.db_table}
+_TABLES = {
+    "items": QueuedItem._meta.db_table,
+    "recipients": QueuedRecipient._meta.db_table,
+    "messages": QueuedMessage._meta.db_table,
+}
 
 
 _READ_MESSAGES = (

@@ -21,8 +21,23 @@ from ..models import QueuedItem, QueuedMessage, QueuedRecipient
 from .pg_binding import binary_cursor, in_binary
 
 #: An item's row, its columns in this order.
-ITEM_FIELDS = ("seq", "id", "sender", "size", "created", "next_attempt", "attempts", "queue", "owner",
-               "lease_expires", "revision", "reclaims", "delay_warned", "message_id", "subject")
+ITEM_FIELDS = (
+    "seq",
+    "id",
+    "sender",
+    "size",
+    "created",
+    "next_attempt",
+    "attempts",
+    "queue",
+    "owner",
+    "lease_expires",
+    "revision",
+    "reclaims",
+    "delay_warned",
+    "message_id",
+    "subject",
+)
 #: A recipient's row, its columns in this order (the item's `seq` first).
 RECIPIENT_FIELDS = ("item_id", "id", "address", "state", "reply_code", "reply_status", "reply_text", "remote_mta")
 #: What an outcome writes back to a recipient's row: these, then the row's `id`.
@@ -44,8 +59,11 @@ _SQLITE_CHUNK = 900
 
 def due(alias: str, lane: str | None, now_us: int) -> models.QuerySet[QueuedItem]:
     """Items due at `now_us` and not leased (their lease expired, or none), of `lane` when given."""
-    items = (QueuedItem.objects.using(alias).filter(next_attempt__lte=now_us)
-             .filter(Q(lease_expires__isnull=True) | Q(lease_expires__lte=now_us)))
+    items = (
+        QueuedItem.objects.using(alias)
+        .filter(next_attempt__lte=now_us)
+        .filter(Q(lease_expires__isnull=True) | Q(lease_expires__lte=now_us))
+    )
     return items.filter(queue=lane) if lane is not None else items
 
 
@@ -57,8 +75,12 @@ class OrmRows:
 
     def claim(self, lane: str | None, owner: str, now_us: int, expires_us: int, limit: int) -> list[ItemRow]:
         items = QueuedItem.objects.using(self.alias)
-        taken = list(due(self.alias, lane, now_us).order_by("next_attempt", "seq").select_for_update(skip_locked=True)
-                     .values_list("seq", flat=True)[:limit])
+        taken = list(
+            due(self.alias, lane, now_us)
+            .order_by("next_attempt", "seq")
+            .select_for_update(skip_locked=True)
+            .values_list("seq", flat=True)[:limit]
+        )
         if not taken:
             return []
         items.filter(seq__in=taken).update(
@@ -71,19 +93,29 @@ class OrmRows:
 
     def read(self, item_ids: Sequence[uuid.UUID]) -> list[ItemRow]:
         """The items' rows, without a lock."""
-        return list(QueuedItem.objects.using(self.alias).filter(id__in=list(item_ids)).order_by("seq")
-                    .values_list(*ITEM_FIELDS))
+        return list(
+            QueuedItem.objects.using(self.alias).filter(id__in=list(item_ids)).order_by("seq").values_list(*ITEM_FIELDS)
+        )
 
     def lock(self, item_ids: Sequence[uuid.UUID]) -> list[ItemRow]:
         """Lock the items' rows for the rest of the transaction, and read them."""
-        return list(QueuedItem.objects.using(self.alias).filter(id__in=list(item_ids)).order_by("seq")
-                    .select_for_update().values_list(*ITEM_FIELDS))
+        return list(
+            QueuedItem.objects.using(self.alias)
+            .filter(id__in=list(item_ids))
+            .order_by("seq")
+            .select_for_update()
+            .values_list(*ITEM_FIELDS)
+        )
 
     def recipients(self, seqs: Sequence[int]) -> dict[int, list[RecipientRow]]:
         found: dict[int, list[RecipientRow]] = {seq: [] for seq in seqs}
         if seqs:
-            rows = (QueuedRecipient.objects.using(self.alias).filter(item_id__in=list(seqs))
-                    .order_by("item_id", "position").values_list(*RECIPIENT_FIELDS))
+            rows = (
+                QueuedRecipient.objects.using(self.alias)
+                .filter(item_id__in=list(seqs))
+                .order_by("item_id", "position")
+                .values_list(*RECIPIENT_FIELDS)
+            )
             for row in rows:
                 found[row[0]].append(row)
         return found
@@ -93,12 +125,22 @@ class OrmRows:
         if recipients:
             QueuedRecipient.objects.using(self.alias).bulk_update(
                 [QueuedRecipient(id=r[-1], **dict(zip(RECIPIENT_WRITTEN, r, strict=False))) for r in recipients],
-                list(RECIPIENT_WRITTEN))
+                list(RECIPIENT_WRITTEN),
+            )
         if items:
             QueuedItem.objects.using(self.alias).bulk_update(
-                [QueuedItem(seq=i[-1], owner=None, lease_expires=None, reclaims=0,
-                            **dict(zip(ITEM_WRITTEN, i, strict=False))) for i in items],
-                [*ITEM_WRITTEN, "owner", "lease_expires", "reclaims"])
+                [
+                    QueuedItem(
+                        seq=i[-1],
+                        owner=None,
+                        lease_expires=None,
+                        reclaims=0,
+                        **dict(zip(ITEM_WRITTEN, i, strict=False)),
+                    )
+                    for i in items
+                ],
+                [*ITEM_WRITTEN, "owner", "lease_expires", "reclaims"],
+            )
 
     def drop(self, seqs: Sequence[int]) -> None:
         """Delete items with their recipients and messages."""
@@ -147,8 +189,10 @@ class SqlRows(OrmRows):
         rows: list[ItemRow] = []
         with self._cursor() as cursor:
             if self.postgres:
-                cursor.execute(f"SELECT {_ITEM_COLUMNS} FROM {_ITEMS} WHERE id = ANY(%b) ORDER BY seq",  # noqa: S608
-                               [list(item_ids)])
+                cursor.execute(
+                    f"SELECT {_ITEM_COLUMNS} FROM {_ITEMS} WHERE id = ANY(%b) ORDER BY seq",  # noqa: S608
+                    [list(item_ids)],
+                )
                 return list(cursor.fetchall())
             for chunk in _chunks([i.hex for i in item_ids]):
                 cursor.execute(f"SELECT {_ITEM_COLUMNS} FROM {_ITEMS} WHERE id IN ({_marks(chunk)})", chunk)  # noqa: S608
@@ -159,14 +203,20 @@ class SqlRows(OrmRows):
         rows: list[ItemRow] = []
         with self._cursor() as cursor:
             if self.postgres:
-                cursor.execute(f"SELECT {_ITEM_COLUMNS} FROM {_ITEMS} WHERE id = ANY(%b) "  # noqa: S608
-                               "ORDER BY seq FOR UPDATE", [list(item_ids)])
+                cursor.execute(
+                    f"SELECT {_ITEM_COLUMNS} FROM {_ITEMS} WHERE id = ANY(%b) "  # noqa: S608
+                    "ORDER BY seq FOR UPDATE",
+                    [list(item_ids)],
+                )
                 return list(cursor.fetchall())
             # A write first, so SQLite takes its write lock now, not at a later upgrade that could
             # fail at once with SQLITE_BUSY.
             for chunk in _chunks([i.hex for i in item_ids]):
-                cursor.execute(f"UPDATE {_ITEMS} SET revision = revision WHERE id IN ({_marks(chunk)}) "  # noqa: S608
-                               f"RETURNING {_ITEM_COLUMNS}", chunk)
+                cursor.execute(
+                    f"UPDATE {_ITEMS} SET revision = revision WHERE id IN ({_marks(chunk)}) "  # noqa: S608
+                    f"RETURNING {_ITEM_COLUMNS}",
+                    chunk,
+                )
                 rows.extend(self._item_row(row) for row in cursor.fetchall())
         return rows
 
@@ -191,13 +241,21 @@ class SqlRows(OrmRows):
     def write_back(self, items: Sequence[tuple[Any, ...]], recipients: Sequence[tuple[Any, ...]]) -> None:
         with self._cursor() as cursor:
             if recipients:
-                cursor.executemany(self._sql(
-                    f"UPDATE {_RECIPIENTS} SET state = %s, reply_code = %s, reply_status = %s, "  # noqa: S608
-                    "reply_text = %s, remote_mta = %s WHERE id = %s"), list(recipients))
+                cursor.executemany(
+                    self._sql(
+                        f"UPDATE {_RECIPIENTS} SET state = %s, reply_code = %s, reply_status = %s, "  # noqa: S608
+                        "reply_text = %s, remote_mta = %s WHERE id = %s"
+                    ),
+                    list(recipients),
+                )
             if items:
-                cursor.executemany(self._sql(
-                    f"UPDATE {_ITEMS} SET attempts = %s, next_attempt = %s, revision = %s, "  # noqa: S608
-                    "delay_warned = %s, owner = NULL, lease_expires = NULL, reclaims = 0 WHERE seq = %s"), list(items))
+                cursor.executemany(
+                    self._sql(
+                        f"UPDATE {_ITEMS} SET attempts = %s, next_attempt = %s, revision = %s, "  # noqa: S608
+                        "delay_warned = %s, owner = NULL, lease_expires = NULL, reclaims = 0 WHERE seq = %s"
+                    ),
+                    list(items),
+                )
 
     def drop(self, seqs: Sequence[int]) -> None:
         with self._cursor() as cursor:
@@ -219,8 +277,23 @@ class SqlRows(OrmRows):
 
 def to_item(row: ItemRow, recipients: Sequence[RecipientRow]) -> QueueItem:
     """The item a row (ITEM_FIELDS) and its recipients' rows (RECIPIENT_FIELDS, by position) hold."""
-    (_seq, item_id, sender, size, created, next_attempt, attempts, queue, owner, lease_expires, revision,
-     reclaims, delay_warned, message_id, subject) = row
+    (
+        _seq,
+        item_id,
+        sender,
+        size,
+        created,
+        next_attempt,
+        attempts,
+        queue,
+        owner,
+        lease_expires,
+        revision,
+        reclaims,
+        delay_warned,
+        message_id,
+        subject,
+    ) = row
     return QueueItem(
         id=item_id,
         sender=sender,
@@ -261,8 +334,9 @@ class CompletionPlan:
     kept: dict[int, tuple[Any, ...]] = field(default_factory=dict)
 
 
-def plan_completions(requests: Sequence[CompleteRequest], rows: Sequence[ItemRow],
-                     recipients: dict[int, list[RecipientRow]]) -> CompletionPlan:
+def plan_completions(
+    requests: Sequence[CompleteRequest], rows: Sequence[ItemRow], recipients: dict[int, list[RecipientRow]]
+) -> CompletionPlan:
     """The outcome of each request, applied only for the lease's owner at the revision it claimed: the
     item after it, None for an item gone, LEASE_LOST otherwise. A pure function of the rows read."""
     plan = CompletionPlan()
@@ -275,8 +349,13 @@ def plan_completions(requests: Sequence[CompleteRequest], rows: Sequence[ItemRow
             continue
         seq, owner = row[0], row[8]
         if owner != request.owner or revision[request.item_id] != request.revision:
-            plan.answers.append(QueueError(Code.LEASE_LOST, f"the lease on {request.item_id} is no longer held by "
-                                           f"{request.owner}", item_id=request.item_id))
+            plan.answers.append(
+                QueueError(
+                    Code.LEASE_LOST,
+                    f"the lease on {request.item_id} is no longer held by {request.owner}",
+                    item_id=request.item_id,
+                )
+            )
             continue
         before = to_item(row, recipients[seq])
         after = apply_completion(before, request.completion)
@@ -295,12 +374,18 @@ def plan_completions(requests: Sequence[CompleteRequest], rows: Sequence[ItemRow
 def recipient_written(recipient: Recipient, row_id: int) -> tuple[Any, ...]:
     """RECIPIENT_WRITTEN for `recipient`, then its row's id."""
     reply = recipient.reply
-    return (recipient.state.value, reply.code if reply else None, reply.status if reply else "",
-            reply.text if reply else "", recipient.remote_mta, row_id)
+    return (
+        recipient.state.value,
+        reply.code if reply else None,
+        reply.status if reply else "",
+        reply.text if reply else "",
+        recipient.remote_mta,
+        row_id,
+    )
 
 
 def _chunks(values: list[Any]) -> list[list[Any]]:
-    return [values[start:start + _SQLITE_CHUNK] for start in range(0, len(values), _SQLITE_CHUNK)]
+    return [values[start : start + _SQLITE_CHUNK] for start in range(0, len(values), _SQLITE_CHUNK)]
 
 
 def _marks(values: Sequence[Any]) -> str:

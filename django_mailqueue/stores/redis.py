@@ -491,9 +491,7 @@ class RedisStore(QueueStore):
 
         return await self._ado(work)
 
-    async def acomplete_many(
-        self, requests: Sequence[CompleteRequest]
-    ) -> builtins.list[QueueItem | None | QueueError]:
+    async def acomplete_many(self, requests: Sequence[CompleteRequest]) -> builtins.list[QueueItem | None | QueueError]:
         """Two round trips for the whole batch: the items read in one pipeline, then each
         item's COMPLETE script (atomic on its own, as `complete`) in another."""
         for request in requests:
@@ -512,8 +510,9 @@ class RedisStore(QueueStore):
             calls: builtins.list[tuple[int, QueueItem, builtins.list[scripts.Arg]]] = []
             for index, (request, raw) in enumerate(zip(requests, raws, strict=True)):
                 try:
-                    call = self._complete_call(request.item_id, request.owner, request.revision,
-                                               request.completion, raw)
+                    call = self._complete_call(
+                        request.item_id, request.owner, request.revision, request.completion, raw
+                    )
                 except QueueError as exc:
                     answers.append(exc)
                     continue
@@ -719,9 +718,7 @@ class RedisStore(QueueStore):
                 if loop.time() >= deadline:
                     return False
         except (redis.RedisError, OSError) as exc:
-            logger.warning(
-                "waiting for adds on %s failed, polling instead: %s", self.place, self._mask(str(exc))
-            )
+            logger.warning("waiting for adds on %s failed, polling instead: %s", self.place, self._mask(str(exc)))
             broken, self._pubsub = self._pubsub, None
             if broken is not None:
                 await _quietly(broken.aclose())  # type: ignore[attr-defined, unused-ignore]

@@ -460,16 +460,35 @@ class QueueStoreContract:
         store.add_many([new_item(["a@x.org"]), new_item(["b@x.org"]), new_item(["c@x.org", "d@x.org"])], now=T0)
         first, second, third = store.claim(owner="w1", now=T0, lease_expires=at(60), limit=3)
         ghost = uuid.uuid4()
-        answers = store.complete_many([
-            CompleteRequest(first.id, "w1", first.revision, Completion(
-                (outcome("a@x.org", RecipientState.DELIVERED),), next_attempt=at(5))),
-            CompleteRequest(second.id, "intruder", second.revision, Completion(
-                (outcome("b@x.org", RecipientState.DELIVERED),), next_attempt=at(5))),
-            CompleteRequest(ghost, "w1", 1, Completion((), next_attempt=at(5))),
-            CompleteRequest(third.id, "w1", third.revision, Completion(
-                (outcome("c@x.org", RecipientState.FAILED, NO), outcome("d@x.org", RecipientState.PENDING, LATER)),
-                next_attempt=at(300))),
-        ])
+        answers = store.complete_many(
+            [
+                CompleteRequest(
+                    first.id,
+                    "w1",
+                    first.revision,
+                    Completion((outcome("a@x.org", RecipientState.DELIVERED),), next_attempt=at(5)),
+                ),
+                CompleteRequest(
+                    second.id,
+                    "intruder",
+                    second.revision,
+                    Completion((outcome("b@x.org", RecipientState.DELIVERED),), next_attempt=at(5)),
+                ),
+                CompleteRequest(ghost, "w1", 1, Completion((), next_attempt=at(5))),
+                CompleteRequest(
+                    third.id,
+                    "w1",
+                    third.revision,
+                    Completion(
+                        (
+                            outcome("c@x.org", RecipientState.FAILED, NO),
+                            outcome("d@x.org", RecipientState.PENDING, LATER),
+                        ),
+                        next_attempt=at(300),
+                    ),
+                ),
+            ]
+        )
         assert len(answers) == 4
         done, refused, gone, deferred = answers
         assert isinstance(done, QueueItem) and done.done and store.get(first.id) is None
@@ -506,16 +525,30 @@ class QueueStoreContract:
             assert await store.arenew([claimed[0].id], owner="w", lease_expires=at(90)) == [claimed[0].id]
             assert set(await store.aread_messages([i.id for i in claimed])) == {i.id for i in claimed}
             first, second, third = claimed
-            answers = await store.acomplete_many([
-                CompleteRequest(first.id, "w", first.revision, Completion(
-                    (outcome("a@x.org", RecipientState.DELIVERED),), next_attempt=at(5))),
-                CompleteRequest(second.id, "w", second.revision, Completion(
-                    (outcome("b@x.org", RecipientState.PENDING, LATER),), next_attempt=at(500))),
-            ])
+            answers = await store.acomplete_many(
+                [
+                    CompleteRequest(
+                        first.id,
+                        "w",
+                        first.revision,
+                        Completion((outcome("a@x.org", RecipientState.DELIVERED),), next_attempt=at(5)),
+                    ),
+                    CompleteRequest(
+                        second.id,
+                        "w",
+                        second.revision,
+                        Completion((outcome("b@x.org", RecipientState.PENDING, LATER),), next_attempt=at(500)),
+                    ),
+                ]
+            )
             assert isinstance(answers[0], QueueItem) and answers[0].done
             assert isinstance(answers[1], QueueItem) and answers[1].next_attempt == at(500)
-            recorded = await store.acomplete(third.id, owner="w", revision=third.revision, completion=Completion(
-                (outcome("c@x.org", RecipientState.PENDING, LATER),), next_attempt=at(600)))
+            recorded = await store.acomplete(
+                third.id,
+                owner="w",
+                revision=third.revision,
+                completion=Completion((outcome("c@x.org", RecipientState.PENDING, LATER),), next_attempt=at(600)),
+            )
             assert recorded is not None and recorded.attempts == 1
             assert await store.areschedule(third.id, at=at(3)) is True
             assert [i.id for i in await store.alist(ItemQuery(queue="default"))] == [third.id, second.id]

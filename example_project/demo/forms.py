@@ -24,8 +24,9 @@ class ComposeForm(forms.Form):
     subject = forms.CharField(max_length=200, initial="Hello from django-mailqueue")
     body = forms.CharField(widget=forms.Textarea(attrs={"rows": 6}), initial="This message went through the queue.")
     attachment = forms.FileField(required=False, help_text="Optional; up to 5 MB.")
-    queue = forms.ChoiceField(choices=QUEUES, initial="default",
-                              help_text="The lane the item waits in (message.queue).")
+    queue = forms.ChoiceField(
+        choices=QUEUES, initial="default", help_text="The lane the item waits in (message.queue)."
+    )
 
     def clean_to(self):
         addresses = [a for a in re.split(r"[\s,;]+", self.cleaned_data["to"]) if a]

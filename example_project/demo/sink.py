@@ -44,8 +44,9 @@ class DemoMx:
         data = envelope.original_content or b""
         sender = envelope_sender(envelope)
         await sync_to_async(file_message)(sender, list(envelope.rcpt_tos), data)
-        logger.info("accepted %d bytes from <%s> for %s", len(data), sender,
-                    ", ".join(f"<{r}>" for r in envelope.rcpt_tos))
+        logger.info(
+            "accepted %d bytes from <%s> for %s", len(data), sender, ", ".join(f"<{r}>" for r in envelope.rcpt_tos)
+        )
         return "250 2.0.0 OK: filed in the demo mailboxes"
 
 

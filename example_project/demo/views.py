@@ -62,13 +62,17 @@ def compose(request: HttpRequest) -> HttpResponse:
                 return redirect(reverse("compose") + "?" + urlencode({"sent": message_id}))
     else:
         form = ComposeForm()
-    return render(request, "demo/compose.html", {
-        "form": form,
-        "greylisted": sorted(GREYLISTED),
-        "rejected": sorted(REJECTED.items()),
-        "sink_port": settings.DEMO_SINK_PORT,
-        "first_retry": settings.MAILQUEUE["RETRY_DELAYS"][0],
-    })
+    return render(
+        request,
+        "demo/compose.html",
+        {
+            "form": form,
+            "greylisted": sorted(GREYLISTED),
+            "rejected": sorted(REJECTED.items()),
+            "sink_port": settings.DEMO_SINK_PORT,
+            "first_retry": settings.MAILQUEUE["RETRY_DELAYS"][0],
+        },
+    )
 
 
 @require_GET
@@ -78,14 +82,18 @@ def mailbox(request: HttpRequest) -> HttpResponse:
     received = ReceivedMessage.objects.defer("data")
     if box:
         received = received.filter(mailbox=box)
-    return render(request, "demo/mailbox.html", {
-        "box": box,
-        "boxes": ReceivedMessage.objects.values("mailbox").annotate(count=Count("id")).order_by("mailbox"),
-        "received": received[:PAGE],
-        "history": DeliveryRecord.objects.all()[:PAGE],
-        "smtp_log": SmtpEvent.objects.all()[:PAGE],
-        "queue": _queue_now(),
-    })
+    return render(
+        request,
+        "demo/mailbox.html",
+        {
+            "box": box,
+            "boxes": ReceivedMessage.objects.values("mailbox").annotate(count=Count("id")).order_by("mailbox"),
+            "received": received[:PAGE],
+            "history": DeliveryRecord.objects.all()[:PAGE],
+            "smtp_log": SmtpEvent.objects.all()[:PAGE],
+            "queue": _queue_now(),
+        },
+    )
 
 
 @require_GET
@@ -93,11 +101,15 @@ def message_detail(request: HttpRequest, pk: int) -> HttpResponse:
     """One received message: its summary, what a DSN reports, and the raw message, escaped."""
     received = get_object_or_404(ReceivedMessage, pk=pk)
     data = bytes(received.data)
-    return render(request, "demo/message.html", {
-        "m": received,
-        "summary": summarise(data),
-        "raw": data.decode("utf-8", "replace"),
-    })
+    return render(
+        request,
+        "demo/message.html",
+        {
+            "m": received,
+            "summary": summarise(data),
+            "raw": data.decode("utf-8", "replace"),
+        },
+    )
 
 
 @require_GET
@@ -106,21 +118,25 @@ def state_json(request: HttpRequest) -> JsonResponse:
     received = []
     for m in ReceivedMessage.objects.all()[:500]:
         summary = summarise(bytes(m.data))
-        received.append({
-            "id": m.pk,
-            "mailbox": m.mailbox,
-            "envelope_from": m.envelope_from,
-            "envelope_to": m.envelope_to,
-            "subject": m.subject,
-            "message_id": m.message_id,
-            "received": m.received.isoformat(),
-            "attachments": summary.attachments,
-            "dsn": None if summary.dsn is None else {
-                "original_message_id": summary.dsn.original_message_id,
-                "reporting_mta": summary.dsn.reporting_mta,
-                "recipients": [vars(r) for r in summary.dsn.recipients],
-            },
-        })
+        received.append(
+            {
+                "id": m.pk,
+                "mailbox": m.mailbox,
+                "envelope_from": m.envelope_from,
+                "envelope_to": m.envelope_to,
+                "subject": m.subject,
+                "message_id": m.message_id,
+                "received": m.received.isoformat(),
+                "attachments": summary.attachments,
+                "dsn": None
+                if summary.dsn is None
+                else {
+                    "original_message_id": summary.dsn.original_message_id,
+                    "reporting_mta": summary.dsn.reporting_mta,
+                    "recipients": [vars(r) for r in summary.dsn.recipients],
+                },
+            }
+        )
     history = [
         {
             "message_id": r.message_id,

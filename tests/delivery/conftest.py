@@ -22,8 +22,16 @@ MESSAGE = (
 )
 
 #: Short timeouts: every test that waits for one finishes in seconds.
-FAST = {"connect": 2.0, "greeting": 3.0, "mail": 3.0, "rcpt": 3.0, "data": 3.0, "data_block": 3.0,
-        "data_end": 3.0, "session": 15.0}
+FAST = {
+    "connect": 2.0,
+    "greeting": 3.0,
+    "mail": 3.0,
+    "rcpt": 3.0,
+    "data": 3.0,
+    "data_block": 3.0,
+    "data_end": 3.0,
+    "session": 15.0,
+}
 
 MakeSettings = Callable[..., QueueSettings]
 
@@ -42,8 +50,14 @@ def mx_domain(dns: DnsServer, domain: str, *hosts: str, preference: int = 10) ->
 def make_settings(dns_server: DnsServer, smtp_servers: ServerPool) -> MakeSettings:  # noqa: F811
     """`make_settings(routes=..., rcpt_limit=..., **timeouts)`: QueueSettings on the test DNS and SMTP port."""
 
-    def make(*, routes: dict[str, Route] | None = None, dns_timeout: float = 1.0, rcpt_limit: int = 100,
-             mx_address_limit: int = 5, **timeouts: Any) -> QueueSettings:
+    def make(
+        *,
+        routes: dict[str, Route] | None = None,
+        dns_timeout: float = 1.0,
+        rcpt_limit: int = 100,
+        mx_address_limit: int = 5,
+        **timeouts: Any,
+    ) -> QueueSettings:
         return QueueSettings(
             hostname="client.test.example",
             routes=routes or {"*": MxRoute()},

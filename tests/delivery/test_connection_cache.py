@@ -12,8 +12,9 @@ from tests.support.dns_server import DnsServer
 from tests.support.smtp_server import ServerPool
 
 
-async def test_messages_to_one_server_share_a_connection(make_settings: MakeSettings, dns_server: DnsServer,
-                                                         smtp_servers: ServerPool) -> None:
+async def test_messages_to_one_server_share_a_connection(
+    make_settings: MakeSettings, dns_server: DnsServer, smtp_servers: ServerPool
+) -> None:
     server = smtp_servers.smtp("127.0.0.2")
     mx_domain(dns_server, "example.test", "127.0.0.2")
     deliverer = Deliverer(make_settings(), transport=SmtpTransport(cache_time=5))
@@ -30,14 +31,16 @@ async def test_messages_to_one_server_share_a_connection(make_settings: MakeSett
 
 
 async def test_concurrent_messages_open_parallel_connections_then_reuse_them(
-        make_settings: MakeSettings, dns_server: DnsServer, smtp_servers: ServerPool) -> None:
+    make_settings: MakeSettings, dns_server: DnsServer, smtp_servers: ServerPool
+) -> None:
     server = smtp_servers.smtp("127.0.0.2")
     mx_domain(dns_server, "example.test", "127.0.0.2")
     deliverer = Deliverer(make_settings(), transport=SmtpTransport(cache_time=5, destination_concurrency=3))
     try:
         for _ in range(3):
-            results = await asyncio.gather(*(deliverer.deliver("s@origin.test", [f"r{n}@example.test"], MESSAGE)
-                                             for n in range(6)))
+            results = await asyncio.gather(
+                *(deliverer.deliver("s@origin.test", [f"r{n}@example.test"], MESSAGE) for n in range(6))
+            )
             assert all(r.outcomes[0].state is RecipientState.DELIVERED for r in results)
     finally:
         await deliverer.aclose()
@@ -46,7 +49,8 @@ async def test_concurrent_messages_open_parallel_connections_then_reuse_them(
 
 
 async def test_a_connection_idle_past_the_cache_time_is_not_reused(
-        make_settings: MakeSettings, dns_server: DnsServer, smtp_servers: ServerPool) -> None:
+    make_settings: MakeSettings, dns_server: DnsServer, smtp_servers: ServerPool
+) -> None:
     server = smtp_servers.smtp("127.0.0.2")
     mx_domain(dns_server, "example.test", "127.0.0.2")
     deliverer = Deliverer(make_settings(), transport=SmtpTransport(cache_time=0.2))
@@ -60,7 +64,8 @@ async def test_a_connection_idle_past_the_cache_time_is_not_reused(
 
 
 async def test_a_connection_kept_again_and_again_is_closed_once_idle_past_the_cache_time(
-        make_settings: MakeSettings, dns_server: DnsServer, smtp_servers: ServerPool) -> None:
+    make_settings: MakeSettings, dns_server: DnsServer, smtp_servers: ServerPool
+) -> None:
     server = smtp_servers.smtp("127.0.0.2")
     mx_domain(dns_server, "example.test", "127.0.0.2")
     transport = SmtpTransport(cache_time=0.3)
@@ -80,7 +85,8 @@ async def test_a_connection_kept_again_and_again_is_closed_once_idle_past_the_ca
 
 
 async def test_a_cached_connection_the_server_closed_is_replaced(
-        make_settings: MakeSettings, dns_server: DnsServer, smtp_servers: ServerPool) -> None:
+    make_settings: MakeSettings, dns_server: DnsServer, smtp_servers: ServerPool
+) -> None:
     server = smtp_servers.smtp("127.0.0.2")
     mx_domain(dns_server, "example.test", "127.0.0.2")
     transport = SmtpTransport(cache_time=30)
@@ -97,8 +103,9 @@ async def test_a_cached_connection_the_server_closed_is_replaced(
     assert [m.rcpt_tos for m in server.messages] == [["b@example.test"]]
 
 
-async def test_without_a_cache_every_session_says_quit(make_settings: MakeSettings, dns_server: DnsServer,
-                                                       smtp_servers: ServerPool) -> None:
+async def test_without_a_cache_every_session_says_quit(
+    make_settings: MakeSettings, dns_server: DnsServer, smtp_servers: ServerPool
+) -> None:
     server = smtp_servers.smtp("127.0.0.2")
     mx_domain(dns_server, "example.test", "127.0.0.2")
     deliverer = Deliverer(make_settings())

@@ -10,7 +10,8 @@ from tests.support.smtp_server import ServerPool
 
 
 async def test_message_over_the_servers_size_fails_5_3_4_before_data(
-        dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings) -> None:
+    dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings
+) -> None:
     mx_domain(dns_server, "example.test", "127.0.0.2")
     server = smtp_servers.smtp("127.0.0.2", size_limit=1000)
     message = MESSAGE + b"z" * 5000 + b"\r\n"
@@ -26,7 +27,8 @@ async def test_message_over_the_servers_size_fails_5_3_4_before_data(
 
 
 async def test_size_is_declared_on_mail_from(
-        dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings) -> None:
+    dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings
+) -> None:
     mx_domain(dns_server, "example.test", "127.0.0.2")
     server = smtp_servers.scripted("127.0.0.2")
 
@@ -38,12 +40,14 @@ async def test_size_is_declared_on_mail_from(
 
 
 async def test_utf8_address_to_a_server_without_smtputf8_fails_5_6_7(
-        dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings) -> None:
+    dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings
+) -> None:
     mx_domain(dns_server, "example.test", "127.0.0.2")
     server = smtp_servers.smtp("127.0.0.2", smtputf8=False)
 
     result = await Deliverer(make_settings()).deliver(
-        "sender@origin.test", ["josé@example.test", "plain@example.test"], MESSAGE)
+        "sender@origin.test", ["josé@example.test", "plain@example.test"], MESSAGE
+    )
 
     jose, plain = result.outcomes
     assert (jose.state, jose.reply.status, jose.reply.code) == (RecipientState.FAILED, "5.6.7", None)
@@ -53,7 +57,8 @@ async def test_utf8_address_to_a_server_without_smtputf8_fails_5_6_7(
 
 
 async def test_utf8_address_to_a_server_with_smtputf8_is_delivered(
-        dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings) -> None:
+    dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings
+) -> None:
     mx_domain(dns_server, "example.test", "127.0.0.2")
     server = smtp_servers.smtp("127.0.0.2", smtputf8=True)
 
@@ -67,7 +72,8 @@ async def test_utf8_address_to_a_server_with_smtputf8_is_delivered(
 
 
 async def test_utf8_headers_need_smtputf8(
-        dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings) -> None:
+    dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings
+) -> None:
     mx_domain(dns_server, "example.test", "127.0.0.2")
     smtp_servers.smtp("127.0.0.2", smtputf8=False)
     message = "From: josé@origin.test\r\nSubject: ¡hola!\r\n\r\nbody\r\n".encode()
@@ -78,7 +84,8 @@ async def test_utf8_headers_need_smtputf8(
 
 
 async def test_8bit_body_is_sent_with_body_8bitmime(
-        dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings) -> None:
+    dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings
+) -> None:
     mx_domain(dns_server, "example.test", "127.0.0.2")
     server = smtp_servers.smtp("127.0.0.2", smtputf8=False)
     message = b"From: a@origin.test\r\nContent-Type: text/plain; charset=utf-8\r\n\r\n" + "café\r\n".encode()

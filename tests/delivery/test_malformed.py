@@ -32,7 +32,8 @@ BAD_RCPT_REPLIES = {
 
 @pytest.mark.parametrize("raw", BAD_RCPT_REPLIES.values(), ids=BAD_RCPT_REPLIES.keys())
 async def test_malformed_rcpt_reply_is_temporary_and_clean(
-        raw: bytes, dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings) -> None:
+    raw: bytes, dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings
+) -> None:
     mx_domain(dns_server, "example.test", "127.0.0.2")
     smtp_servers.scripted("127.0.0.2", replies={"RCPT": raw})
 
@@ -46,7 +47,8 @@ async def test_malformed_rcpt_reply_is_temporary_and_clean(
 
 
 async def test_non_utf8_reply_to_the_final_dot_is_temporary_and_possibly_delivered(
-        dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings) -> None:
+    dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings
+) -> None:
     mx_domain(dns_server, "example.test", "127.0.0.2")
     smtp_servers.scripted("127.0.0.2", replies={"END": b"250 2.0.0 queued \xff\xfe\r\n"})
 
@@ -60,7 +62,8 @@ async def test_non_utf8_reply_to_the_final_dot_is_temporary_and_possibly_deliver
 
 
 async def test_malformed_greeting_moves_on_and_defers(
-        dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings) -> None:
+    dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings
+) -> None:
     mx_domain(dns_server, "example.test", "127.0.0.2")
     smtp_servers.scripted("127.0.0.2", greeting=b"hello? \xff\r\n")
 
@@ -72,7 +75,8 @@ async def test_malformed_greeting_moves_on_and_defers(
 
 
 async def test_long_but_readable_reply_keeps_its_code_and_bounded_text(
-        dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings) -> None:
+    dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings
+) -> None:
     mx_domain(dns_server, "example.test", "127.0.0.2")
     smtp_servers.scripted("127.0.0.2", replies={"RCPT": b"550 5.1.1 " + b"w" * 3000 + b"\x07\r\n"})
 
@@ -85,15 +89,21 @@ async def test_long_but_readable_reply_keeps_its_code_and_bounded_text(
 
 
 async def test_multiline_reply_is_joined_without_repeated_status(
-        dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings) -> None:
+    dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings
+) -> None:
     mx_domain(dns_server, "example.test", "127.0.0.2")
-    smtp_servers.scripted("127.0.0.2", replies={
-        "RCPT": b"550-5.1.1 The email account that you tried to reach does not exist.\r\n"
-                b"550 5.1.1 Please try double-checking the address.\r\n"})
+    smtp_servers.scripted(
+        "127.0.0.2",
+        replies={
+            "RCPT": b"550-5.1.1 The email account that you tried to reach does not exist.\r\n"
+            b"550 5.1.1 Please try double-checking the address.\r\n"
+        },
+    )
 
     result = await Deliverer(make_settings()).deliver("sender@origin.test", ["rcpt@example.test"], MESSAGE)
 
     reply = result.outcomes[0].reply
     assert (reply.code, reply.status) == (550, "5.1.1")
-    assert reply.text == ("The email account that you tried to reach does not exist. "
-                          "Please try double-checking the address.")
+    assert reply.text == (
+        "The email account that you tried to reach does not exist. Please try double-checking the address."
+    )

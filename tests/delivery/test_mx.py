@@ -13,7 +13,8 @@ from tests.support.smtp_server import ServerPool
 
 
 async def test_preferred_mx_refusing_connections_delivers_through_the_second(
-        dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings) -> None:
+    dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings
+) -> None:
     dns_server.mx("example.test", (10, "mx1.example.test"), (20, "mx2.example.test"))
     dns_server.a("mx1.example.test", "127.0.0.4")  # nothing listens there: connection refused
     dns_server.a("mx2.example.test", "127.0.0.2")
@@ -30,7 +31,8 @@ async def test_preferred_mx_refusing_connections_delivers_through_the_second(
 
 
 async def test_equal_preferences_are_tried_in_varying_order(
-        dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings) -> None:
+    dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings
+) -> None:
     mx_domain(dns_server, "example.test", "127.0.0.2", "127.0.0.3")
     first, second = smtp_servers.smtp("127.0.0.2"), smtp_servers.smtp("127.0.0.3")
     deliverer = Deliverer(make_settings())
@@ -47,7 +49,8 @@ async def test_equal_preferences_are_tried_in_varying_order(
 
 
 async def test_mx_hosts_without_address_do_not_fall_back_to_the_domains_a_record(
-        dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings) -> None:
+    dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings
+) -> None:
     dns_server.mx("example.test", (10, "nowhere.example.test"))
     dns_server.a("example.test", "127.0.0.2")
     server = smtp_servers.smtp("127.0.0.2")
@@ -62,7 +65,8 @@ async def test_mx_hosts_without_address_do_not_fall_back_to_the_domains_a_record
 
 
 async def test_no_mx_record_delivers_to_the_a_address(
-        dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings) -> None:
+    dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings
+) -> None:
     dns_server.a("implicit.test", "127.0.0.2")
     server = smtp_servers.smtp("127.0.0.2")
 
@@ -76,7 +80,8 @@ async def test_no_mx_record_delivers_to_the_a_address(
 
 
 async def test_null_mx_fails_5_1_10_without_connecting(
-        dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings) -> None:
+    dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings
+) -> None:
     dns_server.null_mx("nomail.test")
     dns_server.a("nomail.test", "127.0.0.2")  # must not be used as an implicit MX
     server = smtp_servers.smtp("127.0.0.2")
@@ -122,7 +127,8 @@ async def test_servfail_defers_4_4_3(dns_server: DnsServer, make_settings: MakeS
 
 
 async def test_servfail_on_the_implicit_a_lookup_defers_never_bounces(
-        dns_server: DnsServer, make_settings: MakeSettings) -> None:
+    dns_server: DnsServer, make_settings: MakeSettings
+) -> None:
     dns_server.exists("half.test")  # MX: NODATA
     dns_server.servfail("half.test", "A")  # AAAA: NODATA, A: SERVFAIL
 
@@ -144,12 +150,12 @@ async def test_servfail_on_the_mx_hosts_address_defers(dns_server: DnsServer, ma
 
 
 async def test_dns_timeout_defers_4_4_3_within_the_dns_timeout(
-        dns_server: DnsServer, make_settings: MakeSettings) -> None:
+    dns_server: DnsServer, make_settings: MakeSettings
+) -> None:
     dns_server.slow("slow.test", delay=None)
     started = time.monotonic()
 
-    result = await Deliverer(make_settings(dns_timeout=0.5)).deliver(
-        "sender@origin.test", ["rcpt@slow.test"], MESSAGE)
+    result = await Deliverer(make_settings(dns_timeout=0.5)).deliver("sender@origin.test", ["rcpt@slow.test"], MESSAGE)
 
     (outcome,) = result.outcomes
     assert outcome.state is RecipientState.PENDING
@@ -158,7 +164,8 @@ async def test_dns_timeout_defers_4_4_3_within_the_dns_timeout(
 
 
 async def test_at_most_mx_address_limit_addresses_are_tried(
-        dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings) -> None:
+    dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings
+) -> None:
     dns_server.mx("example.test", *[(10 * n, f"mx{n}.example.test") for n in range(1, 5)])
     for n in range(1, 4):
         dns_server.a(f"mx{n}.example.test", "127.0.0.4")  # refused
@@ -166,7 +173,8 @@ async def test_at_most_mx_address_limit_addresses_are_tried(
     server = smtp_servers.smtp("127.0.0.2")
 
     result = await Deliverer(make_settings(mx_address_limit=3)).deliver(
-        "sender@origin.test", ["rcpt@example.test"], MESSAGE)
+        "sender@origin.test", ["rcpt@example.test"], MESSAGE
+    )
 
     assert result.outcomes[0].state is RecipientState.PENDING
     assert result.outcomes[0].reply.status == "4.4.1"
@@ -174,7 +182,8 @@ async def test_at_most_mx_address_limit_addresses_are_tried(
 
 
 async def test_idn_domain_is_resolved_in_a_label_form(
-        dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings) -> None:
+    dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings
+) -> None:
     mx_domain(dns_server, "xn--bcher-kva.test", "127.0.0.2")
     server = smtp_servers.smtp("127.0.0.2", smtputf8=False)
 

@@ -73,11 +73,13 @@ class GroupAnsweringServer:
 
 @needs_pipelining
 async def test_mail_rcpt_and_data_go_in_one_group(
-        dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings) -> None:
+    dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings
+) -> None:
     mx_domain(dns_server, "example.test", "127.0.0.3")
     async with GroupAnsweringServer("127.0.0.3", smtp_servers.port) as server:
         result = await Deliverer(make_settings()).deliver(
-            "sender@origin.test", ["a@example.test", "b@example.test"], MESSAGE)
+            "sender@origin.test", ["a@example.test", "b@example.test"], MESSAGE
+        )
 
     assert [o.state for o in result.outcomes] == [RecipientState.DELIVERED] * 2
     assert server.groups == [["MAIL", "RCPT", "RCPT", "DATA"]]
@@ -85,12 +87,17 @@ async def test_mail_rcpt_and_data_go_in_one_group(
 
 
 async def test_replies_in_separate_writes_each_decide_their_recipient(
-        dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings) -> None:
+    dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings
+) -> None:
     mx_domain(dns_server, "example.test", "127.0.0.2")
-    server = smtp_servers.scripted("127.0.0.2", replies={"EHLO": PIPELINING_EHLO}, rcpt_replies={
-        "b@example.test": b"550 5.1.1 <b@example.test>: no such user\r\n",
-        "c@example.test": b"451 4.3.0 try again later\r\n",
-    })
+    server = smtp_servers.scripted(
+        "127.0.0.2",
+        replies={"EHLO": PIPELINING_EHLO},
+        rcpt_replies={
+            "b@example.test": b"550 5.1.1 <b@example.test>: no such user\r\n",
+            "c@example.test": b"451 4.3.0 try again later\r\n",
+        },
+    )
     recipients = ["a@example.test", "b@example.test", "c@example.test", "d@example.test"]
 
     result = await Deliverer(make_settings()).deliver("sender@origin.test", recipients, MESSAGE)
@@ -105,14 +112,17 @@ async def test_replies_in_separate_writes_each_decide_their_recipient(
 
 @needs_pipelining
 async def test_a_refused_mail_from_fails_everyone_and_an_accepted_data_gets_a_lone_dot(
-        dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings) -> None:
+    dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings
+) -> None:
     mx_domain(dns_server, "example.test", "127.0.0.2")
     # A careless server: it refuses the sender, yet accepts the RCPTs and DATA that came with it.
-    server = smtp_servers.scripted("127.0.0.2", replies={"EHLO": PIPELINING_EHLO,
-                                                          "MAIL": b"553 5.7.1 sender rejected\r\n"})
+    server = smtp_servers.scripted(
+        "127.0.0.2", replies={"EHLO": PIPELINING_EHLO, "MAIL": b"553 5.7.1 sender rejected\r\n"}
+    )
 
     result = await Deliverer(make_settings()).deliver(
-        "sender@origin.test", ["a@example.test", "b@example.test"], MESSAGE)
+        "sender@origin.test", ["a@example.test", "b@example.test"], MESSAGE
+    )
 
     assert [(o.state, o.reply.status) for o in result.outcomes] == [(RecipientState.FAILED, "5.7.1")] * 2
     assert server.data == [b".\r\n"]  # the empty message RFC 2920 asks for: nothing of ours went
@@ -121,7 +131,8 @@ async def test_a_refused_mail_from_fails_everyone_and_an_accepted_data_gets_a_lo
 
 @needs_pipelining
 async def test_no_accepted_recipient_and_a_refused_data_means_rset(
-        dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings) -> None:
+    dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings
+) -> None:
     mx_domain(dns_server, "example.test", "127.0.0.2")
     server = smtp_servers.smtp("127.0.0.2", pipelining=True, rcpt_replies={"a@example.test": "550 5.1.1 unknown"})
 
@@ -133,15 +144,21 @@ async def test_no_accepted_recipient_and_a_refused_data_means_rset(
 
 
 async def test_421_inside_the_group_ends_the_session_and_defers_the_rest(
-        dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings) -> None:
+    dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings
+) -> None:
     mx_domain(dns_server, "example.test", "127.0.0.2")
-    server = smtp_servers.scripted("127.0.0.2", replies={"EHLO": PIPELINING_EHLO}, rcpt_replies={
-        "a@example.test": b"550 5.1.1 unknown\r\n",
-        "b@example.test": b"421 4.3.2 shutting down\r\n",
-    })
+    server = smtp_servers.scripted(
+        "127.0.0.2",
+        replies={"EHLO": PIPELINING_EHLO},
+        rcpt_replies={
+            "a@example.test": b"550 5.1.1 unknown\r\n",
+            "b@example.test": b"421 4.3.2 shutting down\r\n",
+        },
+    )
 
     result = await Deliverer(make_settings()).deliver(
-        "sender@origin.test", ["a@example.test", "b@example.test", "c@example.test"], MESSAGE)
+        "sender@origin.test", ["a@example.test", "b@example.test", "c@example.test"], MESSAGE
+    )
 
     a, b, c = result.outcomes
     assert (a.state, a.reply.status) == (RecipientState.FAILED, "5.1.1")  # decided before the 421
@@ -151,13 +168,14 @@ async def test_421_inside_the_group_ends_the_session_and_defers_the_rest(
 
 @pytest.mark.parametrize("rcpt_reply", [b"this is not smtp\r\n", CLOSE], ids=["malformed", "closed"])
 async def test_a_broken_reply_inside_the_group_defers_everyone(
-        rcpt_reply: bytes | object, dns_server: DnsServer, smtp_servers: ServerPool,
-        make_settings: MakeSettings) -> None:
+    rcpt_reply: bytes | object, dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings
+) -> None:
     mx_domain(dns_server, "example.test", "127.0.0.2")
     server = smtp_servers.scripted("127.0.0.2", replies={"EHLO": PIPELINING_EHLO, "RCPT": rcpt_reply})
 
     result = await Deliverer(make_settings()).deliver(
-        "sender@origin.test", ["a@example.test", "b@example.test"], MESSAGE)
+        "sender@origin.test", ["a@example.test", "b@example.test"], MESSAGE
+    )
 
     assert all(o.state is RecipientState.PENDING and o.reply.status.startswith("4.") for o in result.outcomes)
     assert server.data == []
@@ -165,7 +183,8 @@ async def test_a_broken_reply_inside_the_group_defers_everyone(
 
 
 async def test_a_silent_server_is_cut_by_the_timeout_of_the_reply_awaited(
-        dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings) -> None:
+    dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings
+) -> None:
     mx_domain(dns_server, "example.test", "127.0.0.2")
     smtp_servers.scripted("127.0.0.2", replies={"EHLO": PIPELINING_EHLO, "RCPT": SILENT})
 
@@ -204,4 +223,7 @@ async def test_a_reply_arriving_before_the_last_is_picked_up_is_kept() -> None:
     second = access.buffered_reply(protocol)
     third = access.buffered_reply(protocol)
     assert [(r.code, r.message) for r in (first, second, third) if r is not None] == [
-        (250, "2.1.0 sender ok"), (250, "2.1.5 rcpt ok"), (354, "go ahead")]
+        (250, "2.1.0 sender ok"),
+        (250, "2.1.5 rcpt ok"),
+        (354, "go ahead"),
+    ]

@@ -45,28 +45,32 @@ SCENARIOS: dict[str, tuple[bytes, Action, bytes, dict[str, Action]]] = {
     "PLAIN echoed as garbage": (PLAIN_ONLY, lambda line: b"??? " + line + b"\r\n", READY, {}),
     "LOGIN password echoed": (LOGIN_ONLY, login_echo, READY, {"*": lambda line: b"535 5.7.8 bad " + line + b"\r\n"}),
     "both mechanisms, echoed": (EHLO_WITH_AUTH, auth_echo, READY, {}),
-    "greeting holding the password": (EHLO_WITH_AUTH, auth_echo,
-                                      f"554 5.3.2 not now {PASSWORD}\r\n".encode(), {}),
+    "greeting holding the password": (EHLO_WITH_AUTH, auth_echo, f"554 5.3.2 not now {PASSWORD}\r\n".encode(), {}),
     "drop at AUTH": (EHLO_WITH_AUTH, CLOSE, READY, {}),
     "silence at AUTH": (EHLO_WITH_AUTH, SILENT, READY, {}),
 }
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS.values(), ids=SCENARIOS.keys())
-async def test_relay_password_never_leaks(scenario: tuple[bytes, Action, bytes, dict[str, Action]],
-                                          smtp_servers: ServerPool, make_settings: MakeSettings,
-                                          caplog: pytest.LogCaptureFixture) -> None:
+async def test_relay_password_never_leaks(
+    scenario: tuple[bytes, Action, bytes, dict[str, Action]],
+    smtp_servers: ServerPool,
+    make_settings: MakeSettings,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     ehlo, auth, greeting, unknown = scenario
     caplog.set_level(logging.DEBUG)
     replies: dict[str, Action] = {"EHLO": ehlo, "AUTH": auth}
     if "*" in unknown:  # the bare base64 password line of AUTH LOGIN arrives as an unknown "verb"
         replies[base64.b64encode(PASSWORD.encode()).decode().upper()] = unknown["*"]
     server = smtp_servers.scripted("127.0.0.2", replies=replies, greeting=greeting)
-    routes = {"*": RelayRoute(host="127.0.0.2", port=smtp_servers.port, username=USERNAME, password=PASSWORD,
-                              tls="none")}
+    routes = {
+        "*": RelayRoute(host="127.0.0.2", port=smtp_servers.port, username=USERNAME, password=PASSWORD, tls="none")
+    }
 
     result = await Deliverer(make_settings(routes=routes, greeting=1.0)).deliver(
-        "sender@origin.test", ["rcpt@example.test"], MESSAGE)
+        "sender@origin.test", ["rcpt@example.test"], MESSAGE
+    )
 
     (outcome,) = result.outcomes
     assert outcome.state is RecipientState.PENDING
@@ -80,12 +84,14 @@ async def test_relay_password_never_leaks(scenario: tuple[bytes, Action, bytes, 
         assert leaked(text) == [], text
 
 
-async def test_echoed_credentials_are_masked_not_dropped(smtp_servers: ServerPool, make_settings: MakeSettings,
-                                                         caplog: pytest.LogCaptureFixture) -> None:
+async def test_echoed_credentials_are_masked_not_dropped(
+    smtp_servers: ServerPool, make_settings: MakeSettings, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.DEBUG)
     smtp_servers.scripted("127.0.0.2", replies={"EHLO": PLAIN_ONLY, "AUTH": auth_echo})
-    routes = {"*": RelayRoute(host="127.0.0.2", port=smtp_servers.port, username=USERNAME, password=PASSWORD,
-                              tls="none")}
+    routes = {
+        "*": RelayRoute(host="127.0.0.2", port=smtp_servers.port, username=USERNAME, password=PASSWORD, tls="none")
+    }
 
     result = await Deliverer(make_settings(routes=routes)).deliver("sender@origin.test", ["r@example.test"], MESSAGE)
 
@@ -99,9 +105,18 @@ async def test_echoed_credentials_are_masked_not_dropped(smtp_servers: ServerPoo
 def test_target_repr_and_mask() -> None:
     from django_mailqueue.conf import Timeouts
 
-    target = Target(host="relay.test", address="127.0.0.2", port=25, tls="none", tls_context=None,
-                    helo_name="client.test", timeouts=Timeouts(**FAST), deadline=0.0, username=USERNAME,
-                    password=PASSWORD)
+    target = Target(
+        host="relay.test",
+        address="127.0.0.2",
+        port=25,
+        tls="none",
+        tls_context=None,
+        helo_name="client.test",
+        timeouts=Timeouts(**FAST),
+        deadline=0.0,
+        username=USERNAME,
+        password=PASSWORD,
+    )
     assert PASSWORD not in repr(target)
     assert leaked(target.mask(" / ".join(SECRET_FORMS))) == []
     assert SecretMask(None)("nothing to hide") == "nothing to hide"

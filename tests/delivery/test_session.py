@@ -15,12 +15,16 @@ from tests.support.smtp_server import CLOSE, DEFAULT_EHLO, SILENT, DropDuringDat
 
 
 async def test_three_recipients_250_550_451_in_one_session_with_one_data(
-        dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings) -> None:
+    dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings
+) -> None:
     mx_domain(dns_server, "example.test", "127.0.0.2")
-    server = smtp_servers.smtp("127.0.0.2", rcpt_replies={
-        "bob@example.test": "550 5.1.1 <bob@example.test>: no such user",
-        "carol@example.test": "451 4.3.0 try again later",
-    })
+    server = smtp_servers.smtp(
+        "127.0.0.2",
+        rcpt_replies={
+            "bob@example.test": "550 5.1.1 <bob@example.test>: no such user",
+            "carol@example.test": "451 4.3.0 try again later",
+        },
+    )
     recipients = ["alice@example.test", "bob@example.test", "carol@example.test"]
 
     result = await Deliverer(make_settings()).deliver("sender@origin.test", recipients, MESSAGE)
@@ -41,7 +45,8 @@ async def test_three_recipients_250_550_451_in_one_session_with_one_data(
 
 
 async def test_recipients_over_rcpt_limit_go_in_several_transactions_of_one_session(
-        dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings) -> None:
+    dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings
+) -> None:
     mx_domain(dns_server, "example.test", "127.0.0.2")
     server = smtp_servers.smtp("127.0.0.2")
     recipients = [f"r{n}@example.test" for n in range(5)]
@@ -54,13 +59,15 @@ async def test_recipients_over_rcpt_limit_go_in_several_transactions_of_one_sess
 
 
 async def test_domains_are_delivered_concurrently_each_in_its_own_session(
-        dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings) -> None:
+    dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings
+) -> None:
     mx_domain(dns_server, "one.test", "127.0.0.2")
     mx_domain(dns_server, "two.test", "127.0.0.3")
     first, second = smtp_servers.smtp("127.0.0.2"), smtp_servers.smtp("127.0.0.3")
 
     result = await Deliverer(make_settings()).deliver(
-        "sender@origin.test", ["a@one.test", "b@two.test", "c@one.test"], MESSAGE)
+        "sender@origin.test", ["a@one.test", "b@two.test", "c@one.test"], MESSAGE
+    )
 
     assert [o.state for o in result.outcomes] == [RecipientState.DELIVERED] * 3
     assert [m.rcpt_tos for m in first.messages] == [["a@one.test", "c@one.test"]]
@@ -68,7 +75,8 @@ async def test_domains_are_delivered_concurrently_each_in_its_own_session(
 
 
 async def test_5xx_greeting_on_the_first_host_moves_to_the_next(
-        dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings) -> None:
+    dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings
+) -> None:
     dns_server.mx("example.test", (10, "mx1.example.test"), (20, "mx2.example.test"))
     dns_server.a("mx1.example.test", "127.0.0.2")
     dns_server.a("mx2.example.test", "127.0.0.3")
@@ -84,7 +92,8 @@ async def test_5xx_greeting_on_the_first_host_moves_to_the_next(
 
 
 async def test_5xx_greeting_on_the_last_host_defers_not_bounces(
-        dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings) -> None:
+    dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings
+) -> None:
     mx_domain(dns_server, "example.test", "127.0.0.2")
     smtp_servers.scripted("127.0.0.2", greeting=b"554 5.7.1 no service for you\r\n")
 
@@ -97,7 +106,8 @@ async def test_5xx_greeting_on_the_last_host_defers_not_bounces(
 
 
 async def test_4xx_greeting_moves_to_the_next_host(
-        dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings) -> None:
+    dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings
+) -> None:
     dns_server.mx("example.test", (10, "mx1.example.test"), (20, "mx2.example.test"))
     dns_server.a("mx1.example.test", "127.0.0.2")
     dns_server.a("mx2.example.test", "127.0.0.3")
@@ -111,15 +121,20 @@ async def test_4xx_greeting_moves_to_the_next_host(
 
 
 async def test_421_mid_session_defers_the_rest(
-        dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings) -> None:
+    dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings
+) -> None:
     mx_domain(dns_server, "example.test", "127.0.0.2")
-    server = smtp_servers.smtp("127.0.0.2", rcpt_replies={
-        "b@example.test": "421 4.3.2 shutting down",
-        "c@example.test": "550 5.1.1 never asked",
-    })
+    server = smtp_servers.smtp(
+        "127.0.0.2",
+        rcpt_replies={
+            "b@example.test": "421 4.3.2 shutting down",
+            "c@example.test": "550 5.1.1 never asked",
+        },
+    )
 
     result = await Deliverer(make_settings()).deliver(
-        "sender@origin.test", ["a@example.test", "b@example.test", "c@example.test"], MESSAGE)
+        "sender@origin.test", ["a@example.test", "b@example.test", "c@example.test"], MESSAGE
+    )
 
     for outcome in result.outcomes:
         assert outcome.state is RecipientState.PENDING
@@ -141,12 +156,18 @@ def _more_than_socket_buffers() -> int:
 
 
 async def test_connection_dropped_during_data_defers_4_4_2(
-        dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings) -> None:
+    dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings
+) -> None:
     mx_domain(dns_server, "example.test", "127.0.0.2")
     # The server drops 0.1 s late, as a loaded machine's server thread may: the message is larger than
     # the socket buffers hold, so the client is still writing it then (a 4 MB one fitted: flaky).
-    server = smtp_servers.scripted("127.0.0.2", replies={"EHLO": DEFAULT_EHLO.replace(b"SIZE 10000000", b"SIZE 0"),
-                                                        "DATA": DropDuringData(after=100, delay=0.1)})
+    server = smtp_servers.scripted(
+        "127.0.0.2",
+        replies={
+            "EHLO": DEFAULT_EHLO.replace(b"SIZE 10000000", b"SIZE 0"),
+            "DATA": DropDuringData(after=100, delay=0.1),
+        },
+    )
     big = MESSAGE + b"x" * 70 + b"\r\n" * 1 + (b"y" * 998 + b"\r\n") * (_more_than_socket_buffers() // 1000)
 
     result = await Deliverer(make_settings()).deliver("sender@origin.test", ["rcpt@example.test"], big)
@@ -160,7 +181,8 @@ async def test_connection_dropped_during_data_defers_4_4_2(
 
 
 async def test_server_silent_after_rcpt_defers_within_the_data_timeout(
-        dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings) -> None:
+    dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings
+) -> None:
     mx_domain(dns_server, "example.test", "127.0.0.2")
     smtp_servers.scripted("127.0.0.2", replies={"DATA": SILENT})
     started = time.monotonic()
@@ -177,12 +199,12 @@ async def test_server_silent_after_rcpt_defers_within_the_data_timeout(
 
 
 async def test_reply_lost_after_the_final_dot_is_deferred_and_possibly_delivered(
-        dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings) -> None:
+    dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings
+) -> None:
     mx_domain(dns_server, "example.test", "127.0.0.2")
     server = smtp_servers.scripted("127.0.0.2", replies={"END": SILENT})
 
-    result = await Deliverer(make_settings(data_end=1.0)).deliver(
-        "sender@origin.test", ["rcpt@example.test"], MESSAGE)
+    result = await Deliverer(make_settings(data_end=1.0)).deliver("sender@origin.test", ["rcpt@example.test"], MESSAGE)
 
     (outcome,) = result.outcomes
     assert outcome.state is RecipientState.PENDING
@@ -192,7 +214,8 @@ async def test_reply_lost_after_the_final_dot_is_deferred_and_possibly_delivered
 
 
 async def test_connection_closed_after_the_final_dot_is_possibly_delivered(
-        dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings) -> None:
+    dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings
+) -> None:
     mx_domain(dns_server, "example.test", "127.0.0.2")
     smtp_servers.scripted("127.0.0.2", replies={"END": CLOSE})
 
@@ -204,13 +227,15 @@ async def test_connection_closed_after_the_final_dot_is_possibly_delivered(
 
 
 async def test_trickling_server_is_cut_by_the_attempt_deadline(
-        dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings) -> None:
+    dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings
+) -> None:
     mx_domain(dns_server, "example.test", "127.0.0.2")
     smtp_servers.scripted("127.0.0.2", greeting=Trickle(b"220-still talking\r\n", interval=0.3))
     started = time.monotonic()
 
     result = await Deliverer(make_settings(greeting=60.0, session=2.0)).deliver(
-        "sender@origin.test", ["rcpt@example.test"], MESSAGE)
+        "sender@origin.test", ["rcpt@example.test"], MESSAGE
+    )
 
     elapsed = time.monotonic() - started
     (outcome,) = result.outcomes
@@ -221,24 +246,28 @@ async def test_trickling_server_is_cut_by_the_attempt_deadline(
 
 
 async def test_deadline_during_the_reply_to_the_final_dot_is_possibly_delivered(
-        dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings) -> None:
+    dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings
+) -> None:
     mx_domain(dns_server, "example.test", "127.0.0.2")
     smtp_servers.scripted("127.0.0.2", replies={"END": Trickle(b"250-ok\r\n", interval=0.2)})
 
     result = await Deliverer(make_settings(data_end=60.0, session=1.5)).deliver(
-        "sender@origin.test", ["rcpt@example.test"], MESSAGE)
+        "sender@origin.test", ["rcpt@example.test"], MESSAGE
+    )
 
     assert result.outcomes[0].state is RecipientState.PENDING
     assert result.possibly_delivered == frozenset({"rcpt@example.test"})
 
 
 async def test_mail_from_refused_applies_to_every_recipient_and_sends_no_data(
-        dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings) -> None:
+    dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings
+) -> None:
     mx_domain(dns_server, "example.test", "127.0.0.2")
     server = smtp_servers.smtp("127.0.0.2", mail_reply="553 5.7.1 sender rejected")
 
     result = await Deliverer(make_settings()).deliver(
-        "sender@origin.test", ["a@example.test", "b@example.test"], MESSAGE)
+        "sender@origin.test", ["a@example.test", "b@example.test"], MESSAGE
+    )
 
     assert [(o.state, o.reply.status) for o in result.outcomes] == [(RecipientState.FAILED, "5.7.1")] * 2
     assert "RCPT" not in server.commands and "DATA" not in server.commands
@@ -246,13 +275,19 @@ async def test_mail_from_refused_applies_to_every_recipient_and_sends_no_data(
 
 @pytest.mark.parametrize("pipelining", [False, True], ids=["one at a time", "pipelined"])
 async def test_data_reply_applies_to_the_accepted_recipients(
-        pipelining: bool, dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings) -> None:
+    pipelining: bool, dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings
+) -> None:
     mx_domain(dns_server, "example.test", "127.0.0.2")
-    smtp_servers.smtp("127.0.0.2", data_reply="554 5.7.1 spam detected", pipelining=pipelining,
-                      rcpt_replies={"b@example.test": "452 4.2.2 mailbox full"})
+    smtp_servers.smtp(
+        "127.0.0.2",
+        data_reply="554 5.7.1 spam detected",
+        pipelining=pipelining,
+        rcpt_replies={"b@example.test": "452 4.2.2 mailbox full"},
+    )
 
     result = await Deliverer(make_settings()).deliver(
-        "sender@origin.test", ["a@example.test", "b@example.test"], MESSAGE)
+        "sender@origin.test", ["a@example.test", "b@example.test"], MESSAGE
+    )
 
     a, b = result.outcomes
     assert (a.state, a.reply.status, a.reply.text) == (RecipientState.FAILED, "5.7.1", "spam detected")
@@ -260,7 +295,8 @@ async def test_data_reply_applies_to_the_accepted_recipients(
 
 
 async def test_no_accepted_recipient_means_no_data(
-        dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings) -> None:
+    dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings
+) -> None:
     mx_domain(dns_server, "example.test", "127.0.0.2")
     server = smtp_servers.smtp("127.0.0.2", rcpt_replies={"a@example.test": "550 5.1.1 unknown"})
 
@@ -272,7 +308,8 @@ async def test_no_accepted_recipient_means_no_data(
 
 
 async def test_helo_fallback_when_ehlo_is_refused(
-        dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings) -> None:
+    dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings
+) -> None:
     mx_domain(dns_server, "example.test", "127.0.0.2")
     server = smtp_servers.scripted("127.0.0.2", replies={"EHLO": b"502 5.5.2 what?\r\n"})
 
@@ -284,12 +321,14 @@ async def test_helo_fallback_when_ehlo_is_refused(
 
 
 async def test_invalid_sender_fails_every_recipient_5_1_7_without_a_session(
-        dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings) -> None:
+    dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings
+) -> None:
     mx_domain(dns_server, "example.test", "127.0.0.2")
     server = smtp_servers.smtp("127.0.0.2")
 
     result = await Deliverer(make_settings()).deliver(
-        "evil@origin.test>\r\nRCPT TO:<x@y.test", ["a@example.test", "b@example.test"], MESSAGE)
+        "evil@origin.test>\r\nRCPT TO:<x@y.test", ["a@example.test", "b@example.test"], MESSAGE
+    )
 
     assert [(o.state, o.reply.status) for o in result.outcomes] == [(RecipientState.FAILED, "5.1.7")] * 2
     assert server.connections == 0
@@ -297,12 +336,14 @@ async def test_invalid_sender_fails_every_recipient_5_1_7_without_a_session(
 
 
 async def test_invalid_recipient_fails_5_1_3_alone(
-        dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings) -> None:
+    dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings
+) -> None:
     mx_domain(dns_server, "example.test", "127.0.0.2")
     server = smtp_servers.smtp("127.0.0.2")
 
     result = await Deliverer(make_settings()).deliver(
-        "", ["ok@example.test", "bad\r\n@example.test", "no-domain"], MESSAGE)
+        "", ["ok@example.test", "bad\r\n@example.test", "no-domain"], MESSAGE
+    )
 
     ok, bad, no_domain = result.outcomes
     assert ok.state is RecipientState.DELIVERED

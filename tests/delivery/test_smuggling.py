@@ -32,7 +32,8 @@ MESSAGES = {
 
 @pytest.mark.parametrize("message", MESSAGES.values(), ids=MESSAGES.keys())
 async def test_a_strict_receiver_sees_one_crlf_only_message(
-        message: bytes, dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings) -> None:
+    message: bytes, dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings
+) -> None:
     mx_domain(dns_server, "example.test", "127.0.0.2")
     server = smtp_servers.scripted("127.0.0.2")
 
@@ -50,7 +51,8 @@ async def test_a_strict_receiver_sees_one_crlf_only_message(
 
 
 async def test_aiosmtpd_receives_the_message_once_with_dots_restored(
-        dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings) -> None:
+    dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings
+) -> None:
     mx_domain(dns_server, "example.test", "127.0.0.2")
     server = smtp_servers.smtp("127.0.0.2")
     message = MESSAGES["LF.LF"]
@@ -62,17 +64,20 @@ async def test_aiosmtpd_receives_the_message_once_with_dots_restored(
     assert received.rcpt_tos == ["b@example.test"]
 
 
-@pytest.mark.parametrize(("raw", "wire"), [
-    (b"a\nb", b"a\r\nb\r\n.\r\n"),
-    (b"a\rb\r\n", b"a\r\nb\r\n.\r\n"),
-    (b"a\r\r\nb", b"a\r\n\r\nb\r\n.\r\n"),
-    (b"x\n.\ny", b"x\r\n..\r\ny\r\n.\r\n"),
-    (b"x\r.\ry", b"x\r\n..\r\ny\r\n.\r\n"),
-    (b"x\n.\r\ny", b"x\r\n..\r\ny\r\n.\r\n"),
-    (b".start\r\n", b"..start\r\n.\r\n"),
-    (b"..two\r\n", b"...two\r\n.\r\n"),
-    (b"", b".\r\n"),
-])
+@pytest.mark.parametrize(
+    ("raw", "wire"),
+    [
+        (b"a\nb", b"a\r\nb\r\n.\r\n"),
+        (b"a\rb\r\n", b"a\r\nb\r\n.\r\n"),
+        (b"a\r\r\nb", b"a\r\n\r\nb\r\n.\r\n"),
+        (b"x\n.\ny", b"x\r\n..\r\ny\r\n.\r\n"),
+        (b"x\r.\ry", b"x\r\n..\r\ny\r\n.\r\n"),
+        (b"x\n.\r\ny", b"x\r\n..\r\ny\r\n.\r\n"),
+        (b".start\r\n", b"..start\r\n.\r\n"),
+        (b"..two\r\n", b"...two\r\n.\r\n"),
+        (b"", b".\r\n"),
+    ],
+)
 def test_to_wire(raw: bytes, wire: bytes) -> None:
     assert to_wire(raw) == wire
 
@@ -85,8 +90,12 @@ def test_to_wire_is_stuffed_once() -> None:
 
 @pytest.mark.parametrize("size", [2_000, 64 * 1024 - 10, 64 * 1024, 200_000])
 async def test_the_end_of_data_mark_travels_with_the_last_block(
-        size: int, dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    size: int,
+    dns_server: DnsServer,
+    smtp_servers: ServerPool,
+    make_settings: MakeSettings,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     # Written on its own, ".\r\n" reaches a server as a second small segment, which some
     # servers (Postfix's smtp-sink) answer only after their delayed ACK: ~40 ms a message.
     import asyncio.selector_events

@@ -26,7 +26,8 @@ ENDINGS: dict[str, dict[str, Any]] = {
 
 
 async def test_every_ending_closes_the_connection(
-        dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings) -> None:
+    dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings
+) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         gc.collect()  # what earlier tests left is not this test's
@@ -38,7 +39,8 @@ async def test_every_ending_closes_the_connection(
             mx_domain(dns_server, f"d{number}.test", address)
             smtp_servers.scripted(address, replies=replies)
             result = await Deliverer(make_settings(data=0.5)).deliver(
-                "sender@origin.test", [f"rcpt@d{number}.test"], big)
+                "sender@origin.test", [f"rcpt@d{number}.test"], big
+            )
             assert result.outcomes, name
         gc.collect()
         for _ in range(5):

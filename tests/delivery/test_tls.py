@@ -31,13 +31,20 @@ def distrust_test_ca(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.T
     monkeypatch.setenv("SSL_CERT_DIR", str(empty.parent))
 
 
-def relay(port: int, *, tls: str = "starttls", username: str | None = "relayuser",
-          password: str | None = "relay-secret", host: str = "127.0.0.2") -> dict[str, RelayRoute]:
+def relay(
+    port: int,
+    *,
+    tls: str = "starttls",
+    username: str | None = "relayuser",
+    password: str | None = "relay-secret",
+    host: str = "127.0.0.2",
+) -> dict[str, RelayRoute]:
     return {"*": RelayRoute(host=host, port=port, username=username, password=password, tls=tls)}  # type: ignore[arg-type]
 
 
 async def test_starttls_is_used_on_an_mx_route_when_offered(
-        dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings) -> None:
+    dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings
+) -> None:
     mx_domain(dns_server, "example.test", "127.0.0.2")
     server = smtp_servers.smtp("127.0.0.2", starttls=True)
 
@@ -49,7 +56,8 @@ async def test_starttls_is_used_on_an_mx_route_when_offered(
 
 
 async def test_failed_handshake_on_an_mx_route_retries_the_same_host_in_plain_text(
-        dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings) -> None:
+    dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings
+) -> None:
     mx_domain(dns_server, "example.test", "127.0.0.2")
     server = smtp_servers.scripted("127.0.0.2", replies={"EHLO": EHLO_WITH_STARTTLS, "STARTTLS": BROKEN_TLS})
 
@@ -65,7 +73,8 @@ async def test_failed_handshake_on_an_mx_route_retries_the_same_host_in_plain_te
 
 
 async def test_starttls_refused_by_reply_goes_on_in_plain_text(
-        dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings) -> None:
+    dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings
+) -> None:
     mx_domain(dns_server, "example.test", "127.0.0.2")
     server = smtp_servers.scripted("127.0.0.2", replies={"EHLO": EHLO_WITH_STARTTLS})  # STARTTLS: 454
 
@@ -77,12 +86,15 @@ async def test_starttls_refused_by_reply_goes_on_in_plain_text(
 
 
 async def test_relay_requiring_starttls_that_is_not_offered_gets_no_auth(
-        smtp_servers: ServerPool, make_settings: MakeSettings) -> None:
-    server = smtp_servers.smtp("127.0.0.2", starttls=False, auth=("relayuser", "relay-secret"),
-                               auth_require_tls=False)  # it would even take AUTH in plain text
+    smtp_servers: ServerPool, make_settings: MakeSettings
+) -> None:
+    server = smtp_servers.smtp(
+        "127.0.0.2", starttls=False, auth=("relayuser", "relay-secret"), auth_require_tls=False
+    )  # it would even take AUTH in plain text
 
     result = await Deliverer(make_settings(routes=relay(smtp_servers.port))).deliver(
-        "sender@origin.test", ["rcpt@example.test", "other@elsewhere.test"], MESSAGE)
+        "sender@origin.test", ["rcpt@example.test", "other@elsewhere.test"], MESSAGE
+    )
 
     for outcome in result.outcomes:
         assert outcome.state is RecipientState.PENDING
@@ -96,11 +108,13 @@ async def test_relay_requiring_starttls_that_is_not_offered_gets_no_auth(
 
 @pytest.mark.usefixtures("trust_test_ca")
 async def test_relay_with_tls_and_auth_delivers_with_checked_credentials(
-        smtp_servers: ServerPool, make_settings: MakeSettings) -> None:
+    smtp_servers: ServerPool, make_settings: MakeSettings
+) -> None:
     server = smtp_servers.smtp("127.0.0.2", starttls=True, auth=("relayuser", "relay-secret"), auth_required=True)
 
     result = await Deliverer(make_settings(routes=relay(smtp_servers.port))).deliver(
-        "sender@origin.test", ["rcpt@example.test", "other@elsewhere.test"], MESSAGE)
+        "sender@origin.test", ["rcpt@example.test", "other@elsewhere.test"], MESSAGE
+    )
 
     assert [o.state for o in result.outcomes] == [RecipientState.DELIVERED] * 2
     assert {o.remote_mta for o in result.outcomes} == {"127.0.0.2"}
@@ -114,12 +128,13 @@ async def test_relay_with_tls_and_auth_delivers_with_checked_credentials(
 
 @pytest.mark.usefixtures("trust_test_ca")
 async def test_relay_refusing_the_credentials_defers_and_tells_the_operator(
-        smtp_servers: ServerPool, make_settings: MakeSettings) -> None:
-    server = smtp_servers.smtp("127.0.0.2", starttls=True, auth=("relayuser", "another-password"),
-                               auth_required=True)
+    smtp_servers: ServerPool, make_settings: MakeSettings
+) -> None:
+    server = smtp_servers.smtp("127.0.0.2", starttls=True, auth=("relayuser", "another-password"), auth_required=True)
 
     result = await Deliverer(make_settings(routes=relay(smtp_servers.port))).deliver(
-        "sender@origin.test", ["rcpt@example.test"], MESSAGE)
+        "sender@origin.test", ["rcpt@example.test"], MESSAGE
+    )
 
     (outcome,) = result.outcomes
     assert outcome.state is RecipientState.PENDING
@@ -130,11 +145,13 @@ async def test_relay_refusing_the_credentials_defers_and_tells_the_operator(
 
 @pytest.mark.usefixtures("distrust_test_ca")
 async def test_relay_certificate_not_trusted_defers_4_7_5_without_auth(
-        smtp_servers: ServerPool, make_settings: MakeSettings) -> None:
+    smtp_servers: ServerPool, make_settings: MakeSettings
+) -> None:
     server = smtp_servers.smtp("127.0.0.2", starttls=True, auth=("relayuser", "relay-secret"))
 
     result = await Deliverer(make_settings(routes=relay(smtp_servers.port))).deliver(
-        "sender@origin.test", ["rcpt@example.test"], MESSAGE)
+        "sender@origin.test", ["rcpt@example.test"], MESSAGE
+    )
 
     (outcome,) = result.outcomes
     assert outcome.state is RecipientState.PENDING
@@ -146,11 +163,13 @@ async def test_relay_certificate_not_trusted_defers_4_7_5_without_auth(
 
 @pytest.mark.usefixtures("trust_test_ca")
 async def test_relay_certificate_not_matching_the_host_defers_4_7_5(
-        smtp_servers: ServerPool, make_settings: MakeSettings) -> None:
+    smtp_servers: ServerPool, make_settings: MakeSettings
+) -> None:
     server = smtp_servers.smtp("127.0.0.5", starttls=True)  # 127.0.0.5 is not in the certificate
 
     result = await Deliverer(make_settings(routes=relay(smtp_servers.port, host="127.0.0.5"))).deliver(
-        "sender@origin.test", ["rcpt@example.test"], MESSAGE)
+        "sender@origin.test", ["rcpt@example.test"], MESSAGE
+    )
 
     assert result.outcomes[0].state is RecipientState.PENDING
     assert result.outcomes[0].reply.status == "4.7.5"
@@ -162,7 +181,8 @@ async def test_relay_with_implicit_tls_delivers(smtp_servers: ServerPool, make_s
     server = smtp_servers.smtp("127.0.0.2", implicit_tls=True, auth=("relayuser", "relay-secret"))
 
     result = await Deliverer(make_settings(routes=relay(smtp_servers.port, tls="implicit"))).deliver(
-        "sender@origin.test", ["rcpt@example.test"], MESSAGE)
+        "sender@origin.test", ["rcpt@example.test"], MESSAGE
+    )
 
     assert result.outcomes[0].state is RecipientState.DELIVERED
     assert server.messages[0].tls is True
@@ -170,11 +190,14 @@ async def test_relay_with_implicit_tls_delivers(smtp_servers: ServerPool, make_s
     assert "STARTTLS" not in server.commands
 
 
-async def test_relay_tls_context_hook(smtp_servers: ServerPool, make_settings: MakeSettings,
-                                      test_ca: CertificateAuthority) -> None:
+async def test_relay_tls_context_hook(
+    smtp_servers: ServerPool, make_settings: MakeSettings, test_ca: CertificateAuthority
+) -> None:
     server = smtp_servers.smtp("127.0.0.2", starttls=True)
-    deliverer = Deliverer(make_settings(routes=relay(smtp_servers.port, username=None, password=None)),
-                          relay_tls_context=lambda route: test_ca.client_context())
+    deliverer = Deliverer(
+        make_settings(routes=relay(smtp_servers.port, username=None, password=None)),
+        relay_tls_context=lambda route: test_ca.client_context(),
+    )
 
     result = await deliverer.deliver("sender@origin.test", ["rcpt@example.test"], MESSAGE)
 
@@ -184,11 +207,13 @@ async def test_relay_tls_context_hook(smtp_servers: ServerPool, make_settings: M
 
 
 async def test_relay_with_tls_none_sends_plain_text_even_with_auth(
-        smtp_servers: ServerPool, make_settings: MakeSettings) -> None:
+    smtp_servers: ServerPool, make_settings: MakeSettings
+) -> None:
     server = smtp_servers.smtp("127.0.0.2", starttls=True, auth=("relayuser", "relay-secret"), auth_require_tls=False)
 
     result = await Deliverer(make_settings(routes=relay(smtp_servers.port, tls="none"))).deliver(
-        "sender@origin.test", ["rcpt@example.test"], MESSAGE)
+        "sender@origin.test", ["rcpt@example.test"], MESSAGE
+    )
 
     assert result.outcomes[0].state is RecipientState.DELIVERED
     assert server.messages[0].tls is False
@@ -210,11 +235,13 @@ async def test_relay_host_that_does_not_exist_is_a_misconfigured_route(make_sett
 
 @pytest.mark.usefixtures("distrust_test_ca")
 async def test_relay_with_implicit_tls_and_an_untrusted_certificate_defers_4_7_5(
-        smtp_servers: ServerPool, make_settings: MakeSettings) -> None:
+    smtp_servers: ServerPool, make_settings: MakeSettings
+) -> None:
     server = smtp_servers.smtp("127.0.0.2", implicit_tls=True, auth=("relayuser", "relay-secret"))
 
     result = await Deliverer(make_settings(routes=relay(smtp_servers.port, tls="implicit"))).deliver(
-        "sender@origin.test", ["rcpt@example.test"], MESSAGE)
+        "sender@origin.test", ["rcpt@example.test"], MESSAGE
+    )
 
     (outcome,) = result.outcomes
     assert (outcome.state, outcome.reply.status) == (RecipientState.PENDING, "4.7.5")

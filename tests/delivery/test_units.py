@@ -21,17 +21,20 @@ from django_mailqueue.delivery import replies as r
 from django_mailqueue.delivery.addresses import parse_address, parse_sender
 
 
-@pytest.mark.parametrize(("code", "text", "status", "clean", "state"), [
-    (250, "2.1.5 Ok", "2.1.5", "Ok", RecipientState.DELIVERED),
-    (250, "Ok", "2.0.0", "Ok", RecipientState.DELIVERED),
-    (550, "5.1.1 <x@y>: no such user", "5.1.1", "<x@y>: no such user", RecipientState.FAILED),
-    (550, "no such user", "5.0.0", "no such user", RecipientState.FAILED),
-    (451, "4.7.1 greylisted", "4.7.1", "greylisted", RecipientState.PENDING),
-    (452, "too many", "4.0.0", "too many", RecipientState.PENDING),
-    (550, "4.7.1 mismatched class", "5.0.0", "4.7.1 mismatched class", RecipientState.FAILED),
-    (550, "5.1.10 null", "5.1.10", "null", RecipientState.FAILED),
-    (354, "go ahead", "4.0.0", "go ahead", RecipientState.PENDING),
-])
+@pytest.mark.parametrize(
+    ("code", "text", "status", "clean", "state"),
+    [
+        (250, "2.1.5 Ok", "2.1.5", "Ok", RecipientState.DELIVERED),
+        (250, "Ok", "2.0.0", "Ok", RecipientState.DELIVERED),
+        (550, "5.1.1 <x@y>: no such user", "5.1.1", "<x@y>: no such user", RecipientState.FAILED),
+        (550, "no such user", "5.0.0", "no such user", RecipientState.FAILED),
+        (451, "4.7.1 greylisted", "4.7.1", "greylisted", RecipientState.PENDING),
+        (452, "too many", "4.0.0", "too many", RecipientState.PENDING),
+        (550, "4.7.1 mismatched class", "5.0.0", "4.7.1 mismatched class", RecipientState.FAILED),
+        (550, "5.1.10 null", "5.1.10", "null", RecipientState.FAILED),
+        (354, "go ahead", "4.0.0", "go ahead", RecipientState.PENDING),
+    ],
+)
 def test_server_reply_classification(code: int, text: str, status: str, clean: str, state: RecipientState) -> None:
     reply = r.server_reply(code, text)
     assert (reply.code, reply.status, reply.text) == (code, status, clean)
@@ -45,24 +48,39 @@ def test_well_formed() -> None:
     assert not r.is_well_formed(250, "bytes \udcff here")
 
 
-@pytest.mark.parametrize(("raw", "clean"), [
-    ("  Ok: queued as 4Bc  ", "Ok: queued as 4Bc"),  # plain ASCII: only the ends trimmed
-    ("a  b", "a  b"),
-    ("x" * 1200, "x" * 999 + "\u2026"),
-    ("tab\there\r\nnext", "tab here next"),
-    ("caf\u00e9 \x00 \udc80", "caf\u00e9 \ufffd \ufffd"),
-    (b"bytes \xff", "bytes \ufffd"),
-])
+@pytest.mark.parametrize(
+    ("raw", "clean"),
+    [
+        ("  Ok: queued as 4Bc  ", "Ok: queued as 4Bc"),  # plain ASCII: only the ends trimmed
+        ("a  b", "a  b"),
+        ("x" * 1200, "x" * 999 + "\u2026"),
+        ("tab\there\r\nnext", "tab here next"),
+        ("caf\u00e9 \x00 \udc80", "caf\u00e9 \ufffd \ufffd"),
+        (b"bytes \xff", "bytes \ufffd"),
+    ],
+)
 def test_reply_text_is_cleaned(raw: str | bytes, clean: str) -> None:
     from django_mailqueue.core.text import clean_reply_text
 
     assert clean_reply_text(raw) == clean
 
 
-@pytest.mark.parametrize("domain", [
-    "example.test", "EXAMPLE.Test", "xn--bcher-kva.test", "a" * 63 + ".test", "a" * 64 + ".test", "under_score.test",
-    "-bad.test", "ok-1.test", "b\u00fccher.test", "x.y.z.w", ".".join(["a" * 60] * 5),
-])
+@pytest.mark.parametrize(
+    "domain",
+    [
+        "example.test",
+        "EXAMPLE.Test",
+        "xn--bcher-kva.test",
+        "a" * 63 + ".test",
+        "a" * 64 + ".test",
+        "under_score.test",
+        "-bad.test",
+        "ok-1.test",
+        "b\u00fccher.test",
+        "x.y.z.w",
+        ".".join(["a" * 60] * 5),
+    ],
+)
 def test_ascii_domains_come_out_as_the_idna_codec_makes_them(domain: str) -> None:
     from django_mailqueue.delivery.addresses import _LABEL, domain_to_ascii
 
@@ -94,21 +112,46 @@ def test_own_reply_is_clean_and_has_no_code() -> None:
     assert reply.text == "***\ufffd text here"
 
 
-@pytest.mark.parametrize("address", [
-    "user@example.test", "first.last+tag@sub.example.test", '"john doe"@example.test', "josé@example.test",
-    "user@[192.0.2.1]", "user@[IPv6:2001:db8::1]", "user@Bücher.Test", "o'brien@example.test",
-])
+@pytest.mark.parametrize(
+    "address",
+    [
+        "user@example.test",
+        "first.last+tag@sub.example.test",
+        '"john doe"@example.test',
+        "josé@example.test",
+        "user@[192.0.2.1]",
+        "user@[IPv6:2001:db8::1]",
+        "user@Bücher.Test",
+        "o'brien@example.test",
+    ],
+)
 def test_addresses_smtp_carries(address: str) -> None:
     parsed = parse_address(address)
     assert parsed is not None and parsed.given == address
 
 
-@pytest.mark.parametrize("address", [
-    "", "no-at-sign", "@example.test", "user@", "user@exa mple.test", "us er@example.test", "user@example..test",
-    "a\r\nb@example.test", "a@example.test\r\nRCPT TO:<b@c.test>", "a@example.test>", "<a@example.test>",
-    "nul\x00@example.test", "user@[300.1.1.1]", "user@-bad-.test", "lone\udc80@example.test",
-    "user@example.test.", "x" * 300 + "@example.test",
-])
+@pytest.mark.parametrize(
+    "address",
+    [
+        "",
+        "no-at-sign",
+        "@example.test",
+        "user@",
+        "user@exa mple.test",
+        "us er@example.test",
+        "user@example..test",
+        "a\r\nb@example.test",
+        "a@example.test\r\nRCPT TO:<b@c.test>",
+        "a@example.test>",
+        "<a@example.test>",
+        "nul\x00@example.test",
+        "user@[300.1.1.1]",
+        "user@-bad-.test",
+        "lone\udc80@example.test",
+        "user@example.test.",
+        "x" * 300 + "@example.test",
+    ],
+)
 def test_addresses_smtp_refuses(address: str) -> None:
     assert parse_address(address) is None
 
@@ -164,15 +207,27 @@ class FakeTransport:
 async def test_deliverer_runs_on_an_injected_transport_resolver_and_clock() -> None:
     clock = FakeClock()
     transport, resolver = FakeTransport(), FakeResolver()
-    settings = QueueSettings(hostname="client.test", routes={
-        "*": MxRoute(),
-        "relayed.test": RelayRoute(host="smarthost.invalid", port=587, username="u", password="p"),
-    })
+    settings = QueueSettings(
+        hostname="client.test",
+        routes={
+            "*": MxRoute(),
+            "relayed.test": RelayRoute(host="smarthost.invalid", port=587, username="u", password="p"),
+        },
+    )
     deliverer = Deliverer(settings, clock=clock, transport=transport, resolver=resolver)
 
-    result = await deliverer.deliver("s@origin.test", [
-        "a@one.test", "bounce@one.test", "b@gone.test", "c@relayed.test", "a@one.test", "bad address",
-    ], b"Subject: x\n\nhi\n")
+    result = await deliverer.deliver(
+        "s@origin.test",
+        [
+            "a@one.test",
+            "bounce@one.test",
+            "b@gone.test",
+            "c@relayed.test",
+            "a@one.test",
+            "bad address",
+        ],
+        b"Subject: x\n\nhi\n",
+    )
     await deliverer.aclose()
 
     states = [(o.address, o.state, o.reply.status, o.remote_mta) for o in result.outcomes]
@@ -203,11 +258,13 @@ class HangingTransport(FakeTransport):
         raise AssertionError("unreachable")
 
 
-@pytest.mark.parametrize("recipients", [["a@one.test"], ["a@one.test", "b@two.test"]],
-                         ids=["one destination", "two destinations"])
+@pytest.mark.parametrize(
+    "recipients", [["a@one.test"], ["a@one.test", "b@two.test"]], ids=["one destination", "two destinations"]
+)
 @pytest.mark.parametrize(("transport", "status"), [(BrokenTransport(), "4.3.0"), (HangingTransport(), "4.4.1")])
-async def test_a_misbehaving_transport_defers_and_never_raises(transport: FakeTransport, status: str,
-                                                              recipients: list[str]) -> None:
+async def test_a_misbehaving_transport_defers_and_never_raises(
+    transport: FakeTransport, status: str, recipients: list[str]
+) -> None:
     settings = QueueSettings(hostname="client.test", routes={"*": MxRoute()}, timeouts=Timeouts(session=0.3))
     deliverer = Deliverer(settings, transport=transport, resolver=FakeResolver())
 

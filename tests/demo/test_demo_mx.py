@@ -60,10 +60,20 @@ def test_the_mailbox_reads_a_failure_dsn_the_worker_builds() -> None:
     )
     now = datetime(2026, 1, 1, tzinfo=UTC)
     failed = Recipient("nobody@example.net", RecipientState.FAILED, Reply(550, "5.1.1", "No such user"), "127.0.0.1")
-    item = QueueItem(id=uuid.uuid4(), sender="sender@example.com", recipients=(failed,), size=len(original),
-                     created=now, next_attempt=now, message_id="<original.1@mail.example.com>", subject="Hi")
-    dsn = build_dsn(DsnReport("failed", item, [failed], "mail.example.com", now,
-                              original_headers=original_header_block(original)), now=now)
+    item = QueueItem(
+        id=uuid.uuid4(),
+        sender="sender@example.com",
+        recipients=(failed,),
+        size=len(original),
+        created=now,
+        next_attempt=now,
+        message_id="<original.1@mail.example.com>",
+        subject="Hi",
+    )
+    dsn = build_dsn(
+        DsnReport("failed", item, [failed], "mail.example.com", now, original_headers=original_header_block(original)),
+        now=now,
+    )
 
     summary = reading.summarise(dsn.message)
 

@@ -164,7 +164,10 @@ class RelWorker:
         with self.out_path.open("wb") as out, self.err_path.open("wb") as err:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "django", "mailqueue_work", "--owner", name],
-                cwd=ROOT, env=full_env, stdout=out, stderr=err,
+                cwd=ROOT,
+                env=full_env,
+                stdout=out,
+                stderr=err,
             )
 
     def running(self) -> bool:
@@ -235,8 +238,10 @@ class _Store:
         with self.redis.client() as client:
             leased = int(client.zcard(f"{self.prefix}leases"))
             if full:
-                keys = [*client.scan_iter(match=f"{self.prefix}item:*", count=1000),
-                        *client.scan_iter(match=f"{self.prefix}message:*", count=1000)]
+                keys = [
+                    *client.scan_iter(match=f"{self.prefix}item:*", count=1000),
+                    *client.scan_iter(match=f"{self.prefix}message:*", count=1000),
+                ]
                 return len(keys), leased
             due = int(client.zcard(f"{self.prefix}ready:default"))  # the run's one queue
         return due + leased, leased
@@ -282,7 +287,13 @@ def _mailqueue(store: dict[str, Any], dns: DnsServer, mx_port: int, lease: float
         "MAX_RECLAIMS": 1000,  # a killed worker's item is reclaimed, never failed, in this run
         "DELAY_WARNING": None,
         "TIMEOUTS": {
-            "CONNECT": 2, "GREETING": 3, "MAIL": 2, "RCPT": 3, "DATA": 3, "DATA_BLOCK": 3, "DATA_END": 3,
+            "CONNECT": 2,
+            "GREETING": 3,
+            "MAIL": 2,
+            "RCPT": 3,
+            "DATA": 3,
+            "DATA_BLOCK": 3,
+            "DATA_END": 3,
             "SESSION": 20,
         },
     }
@@ -297,20 +308,28 @@ def _run(command: list[str], env: dict[str, str], timeout: float) -> None:
 def run_fault_run(config: FaultRunConfig) -> FaultRunReport:
     directory = config.directory or Path(tempfile.mkdtemp(prefix=f"mq-rel-{config.store}-"))
     directory.mkdir(parents=True, exist_ok=True)
-    say: Callable[[str], None] = (lambda text: print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)) \
-        if config.verbose else (lambda text: None)
+    say: Callable[[str], None] = (
+        (lambda text: print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True))
+        if config.verbose
+        else (lambda text: None)
+    )
     rng = random.Random(config.seed)
     dns = DnsServer().start()
     mx_port = free_port(("127.0.0.2",))
-    server = FaultySmtpServer("127.0.0.2", mx_port, FaultRates.every(config.fault_rate), seed=config.seed,
-                              stall_seconds=10.0).start()
+    server = FaultySmtpServer(
+        "127.0.0.2", mx_port, FaultRates.every(config.fault_rate), seed=config.seed, stall_seconds=10.0
+    ).start()
     for domain in (*plan.DOMAINS, "origin.test"):
         dns.mx(domain, (10, f"mx.{domain}"))
         dns.a(f"mx.{domain}", "127.0.0.2")
     store = _Store(config.store, directory)
     workers: list[RelWorker] = []
-    report = FaultRunReport(store=config.store, messages=config.messages,
-                            pairs=sum(len(plan.recipients(n)) for n in range(config.messages)), workers=config.workers)
+    report = FaultRunReport(
+        store=config.store,
+        messages=config.messages,
+        pairs=sum(len(plan.recipients(n)) for n in range(config.messages)),
+        workers=config.workers,
+    )
     try:
         mailqueue = _mailqueue(store.config, dns, mx_port, config.lease)
         env = {
@@ -327,9 +346,19 @@ def run_fault_run(config: FaultRunConfig) -> FaultRunReport:
         started = time.monotonic()
         chunk = max(1, -(-config.messages // 4))
         adders = [
-            subprocess.Popen([sys.executable, "-m", "tests.reliability.enqueue", str(first),
-                              str(min(chunk, config.messages - first))], cwd=ROOT, env=env,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "tests.reliability.enqueue",
+                    str(first),
+                    str(min(chunk, config.messages - first)),
+                ],
+                cwd=ROOT,
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+            )
             for first in range(0, config.messages, chunk)
         ]
         for adder in adders:
@@ -392,8 +421,12 @@ def run_fault_run(config: FaultRunConfig) -> FaultRunReport:
                 report.restarts += 1
                 next_restart = now + config.restart_every if config.restart_every else float("inf")
                 say(f"store restarted ({report.backends_terminated} sessions terminated so far)")
-            chaos_done = (report.kills >= config.kills and stopped is None
-                          and report.stops >= (config.stop_at >= 0) and report.restarts >= (config.restart_at >= 0))
+            chaos_done = (
+                report.kills >= config.kills
+                and stopped is None
+                and report.stops >= (config.stop_at >= 0)
+                and report.restarts >= (config.restart_at >= 0)
+            )
             if items == 0 and chaos_done and time.time() - server.last_activity() > 2.0:
                 items, leased = store.counts(full=True)
                 if items == 0:
@@ -406,8 +439,10 @@ def run_fault_run(config: FaultRunConfig) -> FaultRunReport:
                     break
             if config.verbose and now - last_progress > 15:
                 last_progress = now
-                say(f"{items} items left ({leased} leased), {len(server.accepted)} accepted, "
-                    f"faults {sum(server.faults.values())}")
+                say(
+                    f"{items} items left ({leased} leased), {len(server.accepted)} accepted, "
+                    f"faults {sum(server.faults.values())}"
+                )
             time.sleep(config.poll)
         report.duration = time.monotonic() - began
         for worker in live:
@@ -461,8 +496,11 @@ def _check(report: FaultRunReport, server: FaultySmtpServer, store: _Store, work
             said[worker.name][str(event["item_id"])].add(f"signal:{event['code']}")
             report.reply_lost_signals += event["code"] == "REPLY_LOST"
         for secret in SECRETS:
-            for text in (worker.stderr, worker.stdout, worker.signal_path.read_text() if worker.signal_path.exists()
-                         else ""):
+            for text in (
+                worker.stderr,
+                worker.stdout,
+                worker.signal_path.read_text() if worker.signal_path.exists() else "",
+            ):
                 if secret in text:
                     report.problems.append(f"the secret {secret[:6]}… appears in the output of {worker.name}")
 
@@ -534,12 +572,18 @@ def _check(report: FaultRunReport, server: FaultySmtpServer, store: _Store, work
             recorded = f"delivered:{rcpt}" in words
             if copy.reply_lost or "signal:REPLY_LOST" in words:
                 window = "reply lost after the final '.'"
-                visible = (item, rcpt) in possibly or "signal:REPLY_LOST" in words or killed or bool(
-                    words & {"error:LEASE_LOST", "error:STORE_UNAVAILABLE", "error:INTERNAL"})
+                visible = (
+                    (item, rcpt) in possibly
+                    or "signal:REPLY_LOST" in words
+                    or killed
+                    or bool(words & {"error:LEASE_LOST", "error:STORE_UNAVAILABLE", "error:INTERNAL"})
+                )
                 if not visible:
                     report.invisible.append(f"{key} copy by {copy.helo} ({window})")
-            elif words & {"error:LEASE_LOST", "signal:LEASE_LOST"} and words & {"error:STORE_UNAVAILABLE",
-                                                                                 "signal:STORE_UNAVAILABLE"}:
+            elif words & {"error:LEASE_LOST", "signal:LEASE_LOST"} and words & {
+                "error:STORE_UNAVAILABLE",
+                "signal:STORE_UNAVAILABLE",
+            }:
                 window = STORE_ERROR_WINDOW  # the store out of reach until the lease ran out: LEASE_LOST
             elif "error:LEASE_LOST" in words or "signal:LEASE_LOST" in words:
                 window = "lease lost (stopped or late worker)"
@@ -561,8 +605,9 @@ def _check(report: FaultRunReport, server: FaultySmtpServer, store: _Store, work
     if report.unexplained:
         report.problems.append(f"{len(report.unexplained)} duplicates outside every window: {report.unexplained[:3]}")
     if report.invisible:
-        report.problems.append(f"{len(report.invisible)} duplicates in a window but visible nowhere: "
-                               f"{report.invisible[:3]}")
+        report.problems.append(
+            f"{len(report.invisible)} duplicates in a window but visible nowhere: {report.invisible[:3]}"
+        )
     if report.left_in_store:
         report.problems.append(f"{report.left_in_store} items left in the store ({report.leased_in_store} leased)")
     if any(code != 0 for code in report.worker_exit_codes):
@@ -576,7 +621,11 @@ def _check(report: FaultRunReport, server: FaultySmtpServer, store: _Store, work
     } - {"LEASE_LOST", "STORE_UNAVAILABLE", "REPLY_LOST", "DSN_FAILED", "INTERNAL"}
     if unexpected:
         report.problems.append(f"unexpected error codes from the workers: {sorted(unexpected)}")
-    internal = [line for w in workers for line in w.stderr.splitlines()
-                if " INTERNAL: " in line and "failed: QueueError" not in line]
+    internal = [
+        line
+        for w in workers
+        for line in w.stderr.splitlines()
+        if " INTERNAL: " in line and "failed: QueueError" not in line
+    ]
     if internal:
         report.problems.append(f"INTERNAL errors other than a store outage: {internal[:3]}")

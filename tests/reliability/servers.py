@@ -54,28 +54,48 @@ class PrivatePostgres:
         if os.geteuid() == 0:
             shutil.chown(pwfile, "postgres")
         subprocess.run(
-            _as_postgres(["initdb", "-D", str(self.data), "-U", "postgres", "--auth-local=trust",
-                          "--auth-host=scram-sha-256", f"--pwfile={pwfile}", "--no-sync"]),
-            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            _as_postgres(
+                [
+                    "initdb",
+                    "-D",
+                    str(self.data),
+                    "-U",
+                    "postgres",
+                    "--auth-local=trust",
+                    "--auth-host=scram-sha-256",
+                    f"--pwfile={pwfile}",
+                    "--no-sync",
+                ]
+            ),
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
         )
 
     def url(self, database: str = "postgres", password: str | None = None) -> str:
         return f"postgresql://postgres:{password or self.password}@127.0.0.1:{self.port}/{database}"
 
     def start(self) -> PrivatePostgres:
-        options = (f"-h 127.0.0.1 -p {self.port} -k {self.directory} -c fsync=off -c full_page_writes=off "
-                   "-c max_connections=300 -c shared_buffers=64MB")
+        options = (
+            f"-h 127.0.0.1 -p {self.port} -k {self.directory} -c fsync=off -c full_page_writes=off "
+            "-c max_connections=300 -c shared_buffers=64MB"
+        )
         subprocess.run(
-            _as_postgres(["pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", options, "-w", "-t", "60",
-                          "start"]),
-            check=True, stdout=subprocess.DEVNULL,
+            _as_postgres(
+                ["pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", options, "-w", "-t", "60", "start"]
+            ),
+            check=True,
+            stdout=subprocess.DEVNULL,
         )
         return self
 
     def crash(self) -> None:
         """Stop at once, as a crash does (`-m immediate`: no checkpoint, recovery at the next start)."""
-        subprocess.run(_as_postgres(["pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop"]),
-                       check=False, stdout=subprocess.DEVNULL)
+        subprocess.run(
+            _as_postgres(["pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop"]),
+            check=False,
+            stdout=subprocess.DEVNULL,
+        )
 
     def restart(self, down: float = 1.0) -> None:
         self.crash()
@@ -111,8 +131,18 @@ class PrivateRedis(RedisServer):
 
     def __init__(self, directory: Path, password: str, *options: str) -> None:
         self.password = password
-        super().__init__(directory, "--requirepass", password, "--appendonly", "yes", "--appendfsync", "always",
-                         "--maxmemory-policy", "noeviction", *options)
+        super().__init__(
+            directory,
+            "--requirepass",
+            password,
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "always",
+            "--maxmemory-policy",
+            "noeviction",
+            *options,
+        )
         self.restarts = 0
 
     @property
@@ -124,8 +154,22 @@ class PrivateRedis(RedisServer):
 
     def start(self) -> PrivateRedis:
         """Start, and wait (up to 5 minutes: a big AOF takes a while to load) until it answers."""
-        command = [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.directory),
-                   "--save", "", "--daemonize", "no", "--logfile", str(self.directory / "redis.log"), *self.options]
+        command = [
+            REDIS_SERVER,
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(self.directory),
+            "--save",
+            "",
+            "--daemonize",
+            "no",
+            "--logfile",
+            str(self.directory / "redis.log"),
+            *self.options,
+        ]
         self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and self.process.poll() is None:

@@ -57,8 +57,11 @@ def main() -> int:
         )
         started = time.time()
         report = run_fault_run(config)
-        entry = {"started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(started)),
-                 "load_average_after": os.getloadavg(), **asdict(report)}
+        entry = {
+            "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(started)),
+            "load_average_after": os.getloadavg(),
+            **asdict(report),
+        }
         results.append(entry)
         with open(results_path, "w", encoding="utf-8") as out:
             json.dump(results, out, indent=2)

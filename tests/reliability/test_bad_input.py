@@ -60,17 +60,55 @@ BARE = re.compile(rb"\r(?!\n)|(?<!\r)\n")
 # --- strategies ---------------------------------------------------------------------------------
 
 #: Characters that break things: NUL, CR, LF, lone surrogates, controls, non-ASCII, angle brackets, quotes.
-NASTY = st.sampled_from(["\x00", "\r", "\n", "\r\n", "\ud800", "\udfff", "\x7f", "\x1b", "é", "𝔘", "<", ">", '"',
-                         "\t", " ", ",", ";", ":", "@", ".", "\u2028", "\ufeff"])
+NASTY = st.sampled_from(
+    [
+        "\x00",
+        "\r",
+        "\n",
+        "\r\n",
+        "\ud800",
+        "\udfff",
+        "\x7f",
+        "\x1b",
+        "é",
+        "𝔘",
+        "<",
+        ">",
+        '"',
+        "\t",
+        " ",
+        ",",
+        ";",
+        ":",
+        "@",
+        ".",
+        "\u2028",
+        "\ufeff",
+    ]
+)
 TEXT = st.lists(st.one_of(st.text(max_size=20), NASTY), max_size=8).map("".join)
 ADDRESS = st.one_of(
     st.emails(),
     st.builds(lambda name, mail: f"{name} <{mail}>", TEXT, st.emails()),
     st.builds(lambda mail, junk: mail + junk, st.emails(), NASTY),
-    st.builds(lambda local, domain: f"{local}@{domain}", TEXT, st.sampled_from(["dest.test", "bücher.test",
-                                                                                 "xn--bcher-kva.test", ""])),
-    st.sampled_from(["", "@", "a@", "@b.test", "a@b.test\r\nRCPT TO:<evil@x.test>", "a@b.test\nBcc: x@y.test",
-                     "Jörg <jörg@bücher.test>", '"odd, name" <o@dest.test>', "a@[127.0.0.1]"]),
+    st.builds(
+        lambda local, domain: f"{local}@{domain}",
+        TEXT,
+        st.sampled_from(["dest.test", "bücher.test", "xn--bcher-kva.test", ""]),
+    ),
+    st.sampled_from(
+        [
+            "",
+            "@",
+            "a@",
+            "@b.test",
+            "a@b.test\r\nRCPT TO:<evil@x.test>",
+            "a@b.test\nBcc: x@y.test",
+            "Jörg <jörg@bücher.test>",
+            '"odd, name" <o@dest.test>',
+            "a@[127.0.0.1]",
+        ]
+    ),
     TEXT,
 )
 #: Text and addresses a site sends every day: printable, maybe non-ASCII, never a control character.
@@ -80,16 +118,32 @@ CLEAN_ADDRESS = st.one_of(
     st.builds(lambda name, mail: f"{name} <{mail}>", CLEAN_TEXT, st.emails()),
     st.sampled_from(["Jörg <jörg@bücher.test>", '"odd, name" <o@dest.test>', "ok@xn--bcher-kva.test"]),
 )
-HEADER_NAME = st.one_of(st.sampled_from(["X-Tag", "Reply-To", "X-Mailer", "Precedence", "X-Ünïcode", "Bcc",
-                                         "X-Bad\r\nInjected", "Subject", "From", "To"]), TEXT)
+HEADER_NAME = st.one_of(
+    st.sampled_from(
+        [
+            "X-Tag",
+            "Reply-To",
+            "X-Mailer",
+            "Precedence",
+            "X-Ünïcode",
+            "Bcc",
+            "X-Bad\r\nInjected",
+            "Subject",
+            "From",
+            "To",
+        ]
+    ),
+    TEXT,
+)
 
 
 @st.composite
 def email_messages(draw: st.DrawFn) -> EmailMessage:
     clean = draw(st.booleans())  # half the messages are ordinary ones, so the "queued exactly" branch is run
     text, address = (CLEAN_TEXT, CLEAN_ADDRESS) if clean else (TEXT, ADDRESS)
-    headers = draw(st.dictionaries(st.sampled_from(["X-Tag", "Reply-To", "X-Ünïcode"]) if clean else HEADER_NAME,
-                                   text, max_size=3))
+    headers = draw(
+        st.dictionaries(st.sampled_from(["X-Tag", "Reply-To", "X-Ünïcode"]) if clean else HEADER_NAME, text, max_size=3)
+    )
     # Fixed Date and Message-ID: Django makes them afresh on each message() call otherwise.
     headers["Date"] = "Thu, 01 Jan 2026 00:00:00 -0000"
     headers["Message-ID"] = f"<{uuid.uuid4().hex}@origin.test>"
@@ -236,9 +290,30 @@ def test_a_store_keeps_text_exactly_or_refuses_it(any_store: QueueStore, new: Ne
 
 # --- the wire -----------------------------------------------------------------------------------
 
-FRAGMENTS = st.sampled_from([b"\r", b"\n", b"\r\n", b".", b"..", b"\n.\n", b"\r.\r", b"\n.\r\n", b"\r\n.\r\n",
-                             b"\r\n.\n", b"\r\n.\r", b"a", b"text ", b"MAIL FROM:<ceo@victim.test>",
-                             b"RCPT TO:<x@example.test>", b"DATA", b"QUIT", b"\x00", b"\xff", b"\t"])
+FRAGMENTS = st.sampled_from(
+    [
+        b"\r",
+        b"\n",
+        b"\r\n",
+        b".",
+        b"..",
+        b"\n.\n",
+        b"\r.\r",
+        b"\n.\r\n",
+        b"\r\n.\r\n",
+        b"\r\n.\n",
+        b"\r\n.\r",
+        b"a",
+        b"text ",
+        b"MAIL FROM:<ceo@victim.test>",
+        b"RCPT TO:<x@example.test>",
+        b"DATA",
+        b"QUIT",
+        b"\x00",
+        b"\xff",
+        b"\t",
+    ]
+)
 HEAD = b"From: a@origin.test\r\nTo: b@example.test\r\nSubject: smuggling\r\n\r\n"
 
 
@@ -248,10 +323,13 @@ def raw_mx() -> Iterator[tuple[QueueSettings, ScriptedSmtpServer]]:
         dns.mx("example.test", (10, "mx.example.test"))
         dns.a("mx.example.test", "127.0.0.2")
         server = ScriptedSmtpServer("127.0.0.2").start()
-        settings = QueueSettings(hostname="client.test.example", routes={"*": MxRoute()},
-                                 dns=dns.settings(timeout=2.0), mx_port=server.port,
-                                 timeouts=Timeouts(connect=2, greeting=3, mail=3, rcpt=3, data=3, data_block=3,
-                                                   data_end=3, session=15))
+        settings = QueueSettings(
+            hostname="client.test.example",
+            routes={"*": MxRoute()},
+            dns=dns.settings(timeout=2.0),
+            mx_port=server.port,
+            timeouts=Timeouts(connect=2, greeting=3, mail=3, rcpt=3, data=3, data_block=3, data_end=3, session=15),
+        )
         try:
             yield settings, server
         finally:
@@ -260,8 +338,9 @@ def raw_mx() -> Iterator[tuple[QueueSettings, ScriptedSmtpServer]]:
 
 @RELIABILITY
 @given(body=st.lists(FRAGMENTS, min_size=1, max_size=40).map(b"".join))
-def test_smuggling_sequences_never_reach_the_wire(raw_mx: tuple[QueueSettings, ScriptedSmtpServer],
-                                                  body: bytes) -> None:
+def test_smuggling_sequences_never_reach_the_wire(
+    raw_mx: tuple[QueueSettings, ScriptedSmtpServer], body: bytes
+) -> None:
     settings, server = raw_mx
     server.data.clear()
     server.lines.clear()
@@ -286,8 +365,10 @@ INJECTED = ["a@dest.test\r\nRCPT TO:<evil@x.test>", "a@dest.test\n", "\ra@dest.t
 def test_cr_lf_in_an_envelope_is_refused_at_the_backend(address: str) -> None:
     store = MemoryStore()
     backend = QueueEmailBackend(store=store)
-    for message in (EmailMessage("s", "b", address, ["ok@dest.test"]), EmailMessage("s", "b", "a@origin.test",
-                                                                                        [address])):
+    for message in (
+        EmailMessage("s", "b", address, ["ok@dest.test"]),
+        EmailMessage("s", "b", "a@origin.test", [address]),
+    ):
         with pytest.raises(QueueError) as refused:
             backend.send_messages([message])
         assert refused.value.code == "INVALID"
@@ -305,8 +386,9 @@ def test_cr_lf_in_an_envelope_is_refused_at_the_store(any_store: QueueStore, add
 
 
 @pytest.mark.parametrize("address", INJECTED)
-def test_cr_lf_in_an_envelope_never_reaches_the_wire(raw_mx: tuple[QueueSettings, ScriptedSmtpServer],
-                                                     address: str) -> None:
+def test_cr_lf_in_an_envelope_never_reaches_the_wire(
+    raw_mx: tuple[QueueSettings, ScriptedSmtpServer], address: str
+) -> None:
     settings, server = raw_mx
     result = asyncio.run(Deliverer(settings).deliver("a@origin.test", [address], HEAD + b"hi\r\n"))
     assert result.outcomes[0].state is RecipientState.FAILED and result.outcomes[0].reply.status == "5.1.3"

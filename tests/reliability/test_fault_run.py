@@ -32,8 +32,17 @@ DOCUMENTED_WINDOWS = {
 
 @pytest.mark.parametrize("store", ["postgres", "redis"])
 def test_fault_run(store: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    config = FaultRunConfig(store=store, messages=MESSAGES, workers=4, kills=10, kill_interval=2.0, stop_at=5.0,
-                            restart_at=11.0, deadline=900.0, directory=tmp_path)  # type: ignore[arg-type]
+    config = FaultRunConfig(
+        store=store,
+        messages=MESSAGES,
+        workers=4,
+        kills=10,
+        kill_interval=2.0,
+        stop_at=5.0,
+        restart_at=11.0,
+        deadline=900.0,
+        directory=tmp_path,
+    )  # type: ignore[arg-type]
 
     report = run_fault_run(config)
 

@@ -192,8 +192,9 @@ async def test_a_worker_stalled_while_recording_reports_lease_lost() -> None:
     signals.delivered.connect(receive, weak=False, dispatch_uid="kb-stalled-delivered")
     try:
         item = store.add(NewItem("a@origin.test", ("b@dest.test",), MESSAGE), now=clock.now())
-        worker = Worker(store=store, settings=settings(lease=30.0), deliverer=ScriptedDeliverer(), clock=clock,
-                        owner="stalled")
+        worker = Worker(
+            store=store, settings=settings(lease=30.0), deliverer=ScriptedDeliverer(), clock=clock, owner="stalled"
+        )
         await run_until(worker, lambda: store.stalled and store.get(item.id) is None, timeout=8)
         await asyncio.sleep(0.5)
     finally:
@@ -220,8 +221,9 @@ class AnswerLostOnce(MemoryStore):
         return recorded
 
 
-@pytest.mark.parametrize("recipients", [("b@dest.test",), ("b@dest.test", "later@dest.test")],
-                         ids=["final", "still-pending"])
+@pytest.mark.parametrize(
+    "recipients", [("b@dest.test",), ("b@dest.test", "later@dest.test")], ids=["final", "still-pending"]
+)
 async def test_a_lost_answer_to_a_recorded_failure_keeps_its_dsn(recipients: tuple[str, ...]) -> None:
     from django_mailqueue import signals
     from django_mailqueue.testing.fakes import GREYLISTED
@@ -230,8 +232,7 @@ async def test_a_lost_answer_to_a_recorded_failure_keeps_its_dsn(recipients: tup
     told: list[str] = []
 
     def receive(sender: Any, signal: Any = None, **kwargs: Any) -> None:
-        told.append(kwargs["error"].code if signal is signals.error else
-                    "dsn" if signal is signals.dsn else "failed")
+        told.append(kwargs["error"].code if signal is signals.error else "dsn" if signal is signals.dsn else "failed")
 
     signals.error.connect(receive, weak=False, dispatch_uid="kb-lost-answer-error")
     signals.failed.connect(receive, weak=False, dispatch_uid="kb-lost-answer-failed")
@@ -247,8 +248,9 @@ async def test_a_lost_answer_to_a_recorded_failure_keeps_its_dsn(recipients: tup
     assert store.lost_answers == 0
     assert "STORE_UNAVAILABLE" in told and "LEASE_LOST" not in told, told
     assert "failed" in told and "dsn" in told, told  # the failure was recorded by the first try, and told
-    assert [call.recipients for call in deliverer.calls if call.sender == ""] == [("a@origin.test",)], \
+    assert [call.recipients for call in deliverer.calls if call.sender == ""] == [("a@origin.test",)], (
         "the DSN of the recorded 550 was taken back"
+    )
 
 
 class DsnAddFailsOnce(MemoryStore):

@@ -47,9 +47,14 @@ def dns() -> Iterator[DnsServer]:
 
 
 def queue_settings(dns: DnsServer, port: int, *, dns_timeout: float = 2.0, **extra: Any) -> QueueSettings:
-    return QueueSettings(hostname="client.test.example", routes={"*": MxRoute()},
-                         dns=dns.settings(timeout=dns_timeout), mx_port=port,
-                         timeouts=FAST, **extra)
+    return QueueSettings(
+        hostname="client.test.example",
+        routes={"*": MxRoute()},
+        dns=dns.settings(timeout=dns_timeout),
+        mx_port=port,
+        timeouts=FAST,
+        **extra,
+    )
 
 
 def test_a_50_mib_message_is_refused_at_enqueue_with_the_default_settings(settings: Any) -> None:
@@ -113,13 +118,19 @@ def test_a_slow_dns_zone_does_not_starve_other_domains(dns: DnsServer) -> None:
         dns.a(f"mx.fast{n}.test", "127.0.0.2")
     dns_timeout = 8.0
     with ScriptedSmtpServer("127.0.0.2") as server:
-        settings = queue_settings(dns, server.port, dns_timeout=dns_timeout, concurrency=10, poll_interval=0.1,
-                                  history_days=0, retry_delays=(60,))
+        settings = queue_settings(
+            dns,
+            server.port,
+            dns_timeout=dns_timeout,
+            concurrency=10,
+            poll_interval=0.1,
+            history_days=0,
+            retry_delays=(60,),
+        )
         store = MemoryStore()
         now = SystemClock().now()
         slow = [store.add(NewItem("a@origin.test", (f"s{n}@slow.test",), MESSAGE), now=now) for n in range(3)]
-        fast = [store.add(NewItem("a@origin.test", (f"f{n}@fast{n % 4}.test",), MESSAGE), now=now)
-                for n in range(40)]
+        fast = [store.add(NewItem("a@origin.test", (f"f{n}@fast{n % 4}.test",), MESSAGE), now=now) for n in range(40)]
 
         async def run() -> tuple[float, int]:
             worker = Worker(store=store, settings=settings)

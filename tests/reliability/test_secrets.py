@@ -103,7 +103,10 @@ def report_text(exc: BaseException) -> str:
 RELAY_SCENARIOS = {
     "wrong password, echoed in the 535": ({"EHLO": EHLO_AUTH, "AUTH": auth_echo}, "none", True),
     "AUTH answered 421 with the line echoed": (
-        {"EHLO": EHLO_AUTH, "AUTH": lambda line: b"421 4.7.0 closing, you sent " + line + b"\r\n"}, "none", True),
+        {"EHLO": EHLO_AUTH, "AUTH": lambda line: b"421 4.7.0 closing, you sent " + line + b"\r\n"},
+        "none",
+        True,
+    ),
     "TLS handshake fails": ({"EHLO": EHLO_TLS, "STARTTLS": BROKEN_TLS}, "starttls", True),
     "host unreachable": ({}, "none", False),
 }
@@ -111,9 +114,13 @@ RELAY_SCENARIOS = {
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("scenario", RELAY_SCENARIOS.values(), ids=RELAY_SCENARIOS.keys())
-def test_a_relay_password_never_shows(scenario: tuple[dict[str, Any], str, bool], smtp_servers: ServerPool,  # noqa: F811
-                                      settings: Any, caplog: pytest.LogCaptureFixture,
-                                      error_signals: ErrorSignals) -> None:
+def test_a_relay_password_never_shows(
+    scenario: tuple[dict[str, Any], str, bool],
+    smtp_servers: ServerPool,  # noqa: F811
+    settings: Any,
+    caplog: pytest.LogCaptureFixture,
+    error_signals: ErrorSignals,
+) -> None:
     replies, tls, listening = scenario
     caplog.set_level(logging.DEBUG)
     host = "127.0.0.2" if listening else "127.0.0.9"
@@ -122,15 +129,29 @@ def test_a_relay_password_never_shows(scenario: tuple[dict[str, Any], str, bool]
     settings.MAILQUEUE = {
         "HOSTNAME": "mq.test.example",
         "STORE": {"BACKEND": "django_mailqueue.stores.orm.OrmStore", "OPTIONS": {"database": "default"}},
-        "ROUTES": {"*": {"HOST": host, "PORT": smtp_servers.port, "USERNAME": RELAY_USER,
-                         "PASSWORD": RELAY_PASSWORD, "TLS": tls}},
-        "TIMEOUTS": {"CONNECT": 2, "GREETING": 3, "MAIL": 3, "RCPT": 3, "DATA": 3, "DATA_BLOCK": 3,
-                     "DATA_END": 3, "SESSION": 15},
+        "ROUTES": {
+            "*": {
+                "HOST": host,
+                "PORT": smtp_servers.port,
+                "USERNAME": RELAY_USER,
+                "PASSWORD": RELAY_PASSWORD,
+                "TLS": tls,
+            }
+        },
+        "TIMEOUTS": {
+            "CONNECT": 2,
+            "GREETING": 3,
+            "MAIL": 3,
+            "RCPT": 3,
+            "DATA": 3,
+            "DATA_BLOCK": 3,
+            "DATA_END": 3,
+            "SESSION": 15,
+        },
     }
     get_settings.cache_clear()
     store = OrmStore({"database": "default"})
-    item = store.add(NewItem("sender@origin.test", ("rcpt@corp.test",), b"Subject: hi\r\n\r\nhello\r\n"),
-                     now=_now())
+    item = store.add(NewItem("sender@origin.test", ("rcpt@corp.test",), b"Subject: hi\r\n\r\nhello\r\n"), now=_now())
     worker = Worker(store=store, settings=get_settings(), once=True, history=History("default"))
 
     import asyncio
@@ -189,8 +210,16 @@ def _now() -> Any:
 
 
 def test_django_masks_a_nested_relay_password_in_its_error_reports(settings: Any) -> None:
-    settings.MAILQUEUE = {"ROUTES": {"corp.example": {"HOST": "relay.corp.example", "USERNAME": RELAY_USER,
-                                                      "PASSWORD": RELAY_PASSWORD, "TLS": "starttls"}}}
+    settings.MAILQUEUE = {
+        "ROUTES": {
+            "corp.example": {
+                "HOST": "relay.corp.example",
+                "USERNAME": RELAY_USER,
+                "PASSWORD": RELAY_PASSWORD,
+                "TLS": "starttls",
+            }
+        }
+    }
     cleansed = SafeExceptionReporterFilter().get_safe_settings()["MAILQUEUE"]
     assert cleansed["ROUTES"]["corp.example"]["PASSWORD"] != RELAY_PASSWORD
     try:
@@ -206,8 +235,12 @@ def report_text_with(filter_class: type[SafeExceptionReporterFilter], exc: BaseE
 
 
 def redis_store_settings(url: str, **options: Any) -> dict[str, Any]:
-    return {"STORE": {"BACKEND": "django_mailqueue.stores.redis.RedisStore",
-                      "OPTIONS": {"url": url, "key_prefix": "rel:", **options}}}
+    return {
+        "STORE": {
+            "BACKEND": "django_mailqueue.stores.redis.RedisStore",
+            "OPTIONS": {"url": url, "key_prefix": "rel:", **options},
+        }
+    }
 
 
 def test_django_alone_prints_a_redis_url_password_so_the_check_warns(settings: Any) -> None:
@@ -230,8 +263,10 @@ def test_a_redis_url_password_is_masked_in_error_reports_by_the_shipped_filter(s
 
     url = f"redis://someone:{REDIS_PASSWORD}@127.0.0.1:{free_port()}/0"
     settings.MAILQUEUE = redis_store_settings(url)
-    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
-                       "queue": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": url}}
+    settings.CACHES = {
+        "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+        "queue": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": url},
+    }
     try:
         raise QueueError("STORE_UNAVAILABLE", f"something failed at {url.split('@')[1]}")
     except QueueError as exc:
@@ -271,10 +306,12 @@ def redis_urls(server: PrivateRedis) -> dict[str, str]:
     }
 
 
-@pytest.mark.parametrize("case", ["wrong password", "wrong user and password", "unreachable",
-                                  "TLS to a server without TLS"])
-def test_a_redis_url_password_never_shows(case: str, secret_redis: PrivateRedis, settings: Any,
-                                          caplog: pytest.LogCaptureFixture, error_signals: ErrorSignals) -> None:
+@pytest.mark.parametrize(
+    "case", ["wrong password", "wrong user and password", "unreachable", "TLS to a server without TLS"]
+)
+def test_a_redis_url_password_never_shows(
+    case: str, secret_redis: PrivateRedis, settings: Any, caplog: pytest.LogCaptureFixture, error_signals: ErrorSignals
+) -> None:
     from django_mailqueue.stores.redis import RedisStore
 
     caplog.set_level(logging.DEBUG)
@@ -297,8 +334,9 @@ def test_a_redis_url_password_never_shows(case: str, secret_redis: PrivateRedis,
     assert leaks(REDIS_PASSWORD, *texts) == []
 
 
-def test_the_password_option_reaches_redis_and_a_wrong_one_never_shows(secret_redis: PrivateRedis,
-                                                                       caplog: pytest.LogCaptureFixture) -> None:
+def test_the_password_option_reaches_redis_and_a_wrong_one_never_shows(
+    secret_redis: PrivateRedis, caplog: pytest.LogCaptureFixture
+) -> None:
     from django_mailqueue.stores.redis import RedisStore
 
     caplog.set_level(logging.DEBUG)
@@ -347,15 +385,31 @@ def private_servers() -> None:  # module scope for secret_postgres; the conftest
 def test_a_postgresql_password_never_shows(case: str, secret_postgres: PrivatePostgres, tmp_path: Path) -> None:
     port = secret_postgres.port if case == "wrong password" else free_port()
     url = f"postgresql://postgres:{PG_PASSWORD}@127.0.0.1:{port}/postgres"
-    mailqueue = {"STORE": {"BACKEND": "django_mailqueue.stores.orm.OrmStore", "OPTIONS": {"database": "faulty_pg"}},
-                 "HOSTNAME": "mq.test.example", "POLL_INTERVAL": 0.2}
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.reliability.settings", "PYTHONPATH": str(ROOT),
-           "MAILQUEUE_TEST_WORKER": "1", "MAILQUEUE_TEST_SQLITE": str(tmp_path / "x.sqlite3"),
-           "MAILQUEUE_TEST_MAILQUEUE": json.dumps(mailqueue), "MAILQUEUE_REL_PG_URL": url}
+    mailqueue = {
+        "STORE": {"BACKEND": "django_mailqueue.stores.orm.OrmStore", "OPTIONS": {"database": "faulty_pg"}},
+        "HOSTNAME": "mq.test.example",
+        "POLL_INTERVAL": 0.2,
+    }
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.reliability.settings",
+        "PYTHONPATH": str(ROOT),
+        "MAILQUEUE_TEST_WORKER": "1",
+        "MAILQUEUE_TEST_SQLITE": str(tmp_path / "x.sqlite3"),
+        "MAILQUEUE_TEST_MAILQUEUE": json.dumps(mailqueue),
+        "MAILQUEUE_REL_PG_URL": url,
+    }
     outputs = []
     for command in (["mailqueue_work", "--once", "-v", "3"], ["mailqueue_status", "--json"]):
-        done = subprocess.run([sys.executable, "-m", "django", *command], cwd=ROOT, env=env, capture_output=True,
-                              text=True, timeout=120, check=False)
+        done = subprocess.run(
+            [sys.executable, "-m", "django", *command],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         outputs.append(done.stdout + done.stderr)
     work, status = outputs
     assert "STORE_UNAVAILABLE" in work, work[-2000:]  # the worker said the store failed...

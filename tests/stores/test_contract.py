@@ -32,18 +32,31 @@ class ItemRowsLeaveTogether:
 
     def rows(self, store: QueueStore) -> tuple[int, int, int]:
         alias = store.alias  # type: ignore[attr-defined]
-        return (QueuedItem.objects.using(alias).count(), QueuedRecipient.objects.using(alias).count(),
-                QueuedMessage.objects.using(alias).count())
+        return (
+            QueuedItem.objects.using(alias).count(),
+            QueuedRecipient.objects.using(alias).count(),
+            QueuedMessage.objects.using(alias).count(),
+        )
 
     def test_an_item_leaves_with_its_recipients_and_message(self, store: QueueStore) -> None:
         delivered, failed, deferred, cancelled, kept = store.add_many(
-            [new_item(["a@x.org", "b@x.org"]), new_item(), new_item(), new_item(), new_item(["c@x.org"])], now=T0)
+            [new_item(["a@x.org", "b@x.org"]), new_item(), new_item(), new_item(), new_item(["c@x.org"])], now=T0
+        )
         assert self.rows(store) == (5, 6, 5)
         claimed = {item.id: item for item in store.claim(owner="w1", now=T0, lease_expires=at(60), limit=5)}
-        for item, state, reply in [(delivered, RecipientState.DELIVERED, OK), (failed, RecipientState.FAILED, NO),
-                                   (deferred, RecipientState.PENDING, LATER)]:
-            store.complete(item.id, owner="w1", revision=claimed[item.id].revision, completion=Completion(
-                tuple(outcome(r.address, state, reply) for r in item.recipients), next_attempt=at(300)))
+        for item, state, reply in [
+            (delivered, RecipientState.DELIVERED, OK),
+            (failed, RecipientState.FAILED, NO),
+            (deferred, RecipientState.PENDING, LATER),
+        ]:
+            store.complete(
+                item.id,
+                owner="w1",
+                revision=claimed[item.id].revision,
+                completion=Completion(
+                    tuple(outcome(r.address, state, reply) for r in item.recipients), next_attempt=at(300)
+                ),
+            )
         assert store.cancel(cancelled.id) is not None
         assert self.rows(store) == (2, 2, 2)  # the deferred item and the one never completed
         QueuedItem.objects.using(store.alias).filter(id=kept.id).delete()  # type: ignore[attr-defined] # as the admin
@@ -74,8 +87,10 @@ class TestOrmStorePortableSqlite(TestOrmStoreSqlite):
     hand_written_sql = False
 
     def test_concurrent_claimers_never_share_an_item(self, store: QueueStore) -> None:
-        pytest.skip("the ORM's claim (SELECT … FOR UPDATE, then UPDATE) needs row locks, which SQLite lacks: "
-                    "its readers cannot all upgrade to writers; the PostgreSQL run of this path races for real")
+        pytest.skip(
+            "the ORM's claim (SELECT … FOR UPDATE, then UPDATE) needs row locks, which SQLite lacks: "
+            "its readers cannot all upgrade to writers; the PostgreSQL run of this path races for real"
+        )
 
 
 @pytest.mark.postgres

@@ -97,7 +97,8 @@ def test_a_message_larger_than_a_read_slice_comes_back_byte_for_byte(pg_alias: s
     items = {size: store.add(NewItem("a@o.test", ("b@d.test",), data), now=T0) for size, data in messages.items()}
 
     assert store.read_messages([item.id for item in items.values()]) == {
-        item.id: messages[size] for size, item in items.items()}
+        item.id: messages[size] for size, item in items.items()
+    }
     for size, item in items.items():
         assert store.read_message(item.id) == messages[size]
     store.cancel(items[READ_CHUNK + 1].id)
@@ -113,8 +114,9 @@ def test_a_message_of_up_to_a_page_stays_in_its_row_and_a_larger_one_goes_to_toa
 
     def toasted_chunks() -> int:
         with connections["pg"].cursor() as cursor:
-            cursor.execute("SELECT reltoastrelid::regclass::text FROM pg_class "
-                           "WHERE oid = 'mailqueue_message'::regclass")
+            cursor.execute(
+                "SELECT reltoastrelid::regclass::text FROM pg_class WHERE oid = 'mailqueue_message'::regclass"
+            )
             (toast,) = cursor.fetchone()
             cursor.execute(f"SELECT count(*) FROM {toast}")  # noqa: S608 - a name from the catalogue
             return int(cursor.fetchone()[0])
@@ -132,7 +134,8 @@ def test_a_message_of_up_to_a_page_stays_in_its_row_and_a_larger_one_goes_to_toa
 @pytest.mark.parametrize("alias", ["pg", "pg_serializable"])
 @pytest.mark.parametrize("durable", [True, False], ids=["outcome", "lease"])
 def test_every_write_runs_at_read_committed_and_only_leases_skip_the_flush(
-        pg_alias: str, alias: str, durable: bool) -> None:
+    pg_alias: str, alias: str, durable: bool
+) -> None:
     store = OrmStore({"database": alias})
     for _ in range(2):  # the second time on a connection whose default is known
         with store._write(durable=durable) as conn, conn.cursor() as cursor:

@@ -443,7 +443,8 @@ async def test_script_flush_before_a_batch_of_completions(store: RedisStore, adm
         done = Completion((outcome("rcpt@example.org", RecipientState.DELIVERED),), next_attempt=at(1))
         answers = await store.acomplete_many(
             [CompleteRequest(item.id, "w", item.revision, done) for item in claimed]
-            + [CompleteRequest(claimed[0].id, "w", claimed[0].revision, done)])  # a stale repeat: gone by then
+            + [CompleteRequest(claimed[0].id, "w", claimed[0].revision, done)]
+        )  # a stale repeat: gone by then
         assert [a.done for a in answers[:3]] == [True, True, True]  # type: ignore[union-attr]
         assert answers[3] is None
         assert {i.id for i in claimed} == {i.id for i in added} and await store.acount() == 0

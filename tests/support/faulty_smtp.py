@@ -64,9 +64,7 @@ FAULT_KINDS = (
     "trickle",
 )
 
-_EHLO = (
-    b"250-faulty.test.example\r\n250-8BITMIME\r\n250-SIZE 200000000\r\n250-SMTPUTF8\r\n250 ENHANCEDSTATUSCODES\r\n"
-)
+_EHLO = b"250-faulty.test.example\r\n250-8BITMIME\r\n250-SIZE 200000000\r\n250-SMTPUTF8\r\n250 ENHANCEDSTATUSCODES\r\n"
 _EHLO_PIPELINING = _EHLO.replace(b"250 ENHANCEDSTATUSCODES", b"250-ENHANCEDSTATUSCODES\r\n250 PIPELINING")
 #: The largest message (and line) the server reads.
 READ_LIMIT = 256 * 1024 * 1024
@@ -305,8 +303,9 @@ class FaultySmtpServer(LoopThreadServer):
             if not writer.is_closing():
                 writer.close()
 
-    async def _end_of_data(self, writer: asyncio.StreamWriter, transaction: _Transaction, data: bytes,
-                           helo: str) -> bool:
+    async def _end_of_data(
+        self, writer: asyncio.StreamWriter, transaction: _Transaction, data: bytes, helo: str
+    ) -> bool:
         """Answer the final "."; False when the connection is over."""
         with self._lock:
             self.transactions += 1

@@ -107,10 +107,16 @@ class RecordingHandler:
     Postfix's `smtpd_recipient_limit` does ("452 4.5.3 Error: too many recipients").
     """
 
-    def __init__(self, recorder: Recorder, *, rcpt_replies: dict[str, str] | None = None,
-                 mail_reply: str | None = None, data_reply: str | None = None,
-                 data_check: Callable[[bytes], list[str]] | None = None,
-                 rcpt_limit: int | None = None) -> None:
+    def __init__(
+        self,
+        recorder: Recorder,
+        *,
+        rcpt_replies: dict[str, str] | None = None,
+        mail_reply: str | None = None,
+        data_reply: str | None = None,
+        data_check: Callable[[bytes], list[str]] | None = None,
+        rcpt_limit: int | None = None,
+    ) -> None:
         self.recorder = recorder
         self.rcpt_limit = rcpt_limit
         self.rcpt_replies = dict(rcpt_replies or {})
@@ -118,16 +124,18 @@ class RecordingHandler:
         self.data_reply = data_reply
         self.data_check = data_check
 
-    async def handle_MAIL(self, server: SMTP, session: Session, envelope: Envelope, address: str,
-                          mail_options: list[str]) -> str:
+    async def handle_MAIL(
+        self, server: SMTP, session: Session, envelope: Envelope, address: str, mail_options: list[str]
+    ) -> str:
         if self.mail_reply is not None:
             return self.mail_reply
         envelope.mail_from = address
         envelope.mail_options.extend(mail_options)
         return "250 2.1.0 OK"
 
-    async def handle_RCPT(self, server: SMTP, session: Session, envelope: Envelope, address: str,
-                          rcpt_options: list[str]) -> str:
+    async def handle_RCPT(
+        self, server: SMTP, session: Session, envelope: Envelope, address: str, rcpt_options: list[str]
+    ) -> str:
         if self.rcpt_limit is not None and len(envelope.rcpt_tos) >= self.rcpt_limit:
             return "452 4.5.3 Error: too many recipients"
         reply = self.rcpt_replies.get(address, "250 2.1.5 OK")
@@ -145,24 +153,27 @@ class RecordingHandler:
         login: str | None = None
         if session.authenticated and isinstance(session.auth_data, LoginPassword):
             login = session.auth_data.login.decode()
-        self.recorder.messages.append(ReceivedMessage(
-            mail_from=envelope.mail_from or "",
-            rcpt_tos=list(envelope.rcpt_tos),
-            data=content,
-            mail_options=list(envelope.mail_options),
-            smtp_utf8=envelope.smtp_utf8,
-            tls=server._tls_protocol is not None or server.transport.get_extra_info("sslcontext") is not None,
-            login=login,
-            helo=session.host_name,
-        ))
+        self.recorder.messages.append(
+            ReceivedMessage(
+                mail_from=envelope.mail_from or "",
+                rcpt_tos=list(envelope.rcpt_tos),
+                data=content,
+                mail_options=list(envelope.mail_options),
+                smtp_utf8=envelope.smtp_utf8,
+                tls=server._tls_protocol is not None or server.transport.get_extra_info("sslcontext") is not None,
+                login=login,
+                helo=session.host_name,
+            )
+        )
         return self.data_reply or "250 2.0.0 OK queued"
 
 
 class PipeliningHandler(RecordingHandler):
     """A RecordingHandler whose server offers PIPELINING (aiosmtpd answers pipelined commands in order)."""
 
-    async def handle_EHLO(self, server: SMTP, session: Session, envelope: Envelope, hostname: str,
-                          responses: list[str]) -> list[str]:
+    async def handle_EHLO(
+        self, server: SMTP, session: Session, envelope: Envelope, hostname: str, responses: list[str]
+    ) -> list[str]:
         session.host_name = hostname
         return [*responses[:-1], "250-PIPELINING", responses[-1]]
 
@@ -234,20 +245,39 @@ class SmtpServer:
     transaction takes (then 452 4.5.3).
     """
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, starttls: bool = False,
-                 implicit_tls: bool = False, auth: tuple[str, str] | None = None, auth_require_tls: bool = True,
-                 auth_required: bool = False, size_limit: int | None = None, smtputf8: bool = True,
-                 rcpt_replies: dict[str, str] | None = None, mail_reply: str | None = None,
-                 data_reply: str | None = None, hostname: str = "mx.test.example",
-                 ca: CertificateAuthority | None = None, pipelining: bool = False,
-                 data_check: Callable[[bytes], list[str]] | None = None,
-                 rcpt_limit: int | None = None) -> None:
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        starttls: bool = False,
+        implicit_tls: bool = False,
+        auth: tuple[str, str] | None = None,
+        auth_require_tls: bool = True,
+        auth_required: bool = False,
+        size_limit: int | None = None,
+        smtputf8: bool = True,
+        rcpt_replies: dict[str, str] | None = None,
+        mail_reply: str | None = None,
+        data_reply: str | None = None,
+        hostname: str = "mx.test.example",
+        ca: CertificateAuthority | None = None,
+        pipelining: bool = False,
+        data_check: Callable[[bytes], list[str]] | None = None,
+        rcpt_limit: int | None = None,
+    ) -> None:
         self.host = host
         self.port = port or free_port((host,))
         self.recorder = Recorder()
         handler_class = PipeliningHandler if pipelining else RecordingHandler
-        self.handler = handler_class(self.recorder, rcpt_replies=rcpt_replies, mail_reply=mail_reply,
-                                        data_reply=data_reply, data_check=data_check, rcpt_limit=rcpt_limit)
+        self.handler = handler_class(
+            self.recorder,
+            rcpt_replies=rcpt_replies,
+            mail_reply=mail_reply,
+            data_reply=data_reply,
+            data_check=data_check,
+            rcpt_limit=rcpt_limit,
+        )
         self.auth = auth
         ca = ca or certificate_authority()
         kwargs: dict[str, Any] = {
@@ -268,8 +298,9 @@ class SmtpServer:
             kwargs["ssl_context"] = ca.server_context()
         self.controller = _Controller(self.handler, smtp_class=_recording_smtp_class(self.recorder), **kwargs)
 
-    def _authenticate(self, server: SMTP, session: Session, envelope: Envelope, mechanism: str,
-                      auth_data: Any) -> AuthResult:
+    def _authenticate(
+        self, server: SMTP, session: Session, envelope: Envelope, mechanism: str, auth_data: Any
+    ) -> AuthResult:
         if self.auth is None or not isinstance(auth_data, LoginPassword):
             return AuthResult(success=False, handled=False)
         login, password = self.auth
@@ -431,8 +462,15 @@ class ScriptedSmtpServer(LoopThreadServer):
     address (the text between the angle brackets).
     """
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, greeting: Action = b"220 scripted ESMTP\r\n",
-                 replies: dict[str, Action] | None = None, rcpt_replies: dict[str, Action] | None = None) -> None:
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        greeting: Action = b"220 scripted ESMTP\r\n",
+        replies: dict[str, Action] | None = None,
+        rcpt_replies: dict[str, Action] | None = None,
+    ) -> None:
         self.host = host
         self.port = port or free_port((host,))
         self.greeting = greeting

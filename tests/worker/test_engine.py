@@ -369,7 +369,8 @@ async def test_queues_in_order_of_preference(clock: FakeClock) -> None:
 
 
 async def test_a_lost_reply_after_data_is_told_and_logged(
-        recorder: Recorder, clock: FakeClock, caplog: pytest.LogCaptureFixture) -> None:
+    recorder: Recorder, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
     from django_mailqueue.testing.fakes import GREYLISTED
 
     store = MemoryStore()

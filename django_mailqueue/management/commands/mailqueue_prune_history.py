@@ -19,8 +19,11 @@ class Command(BaseCommand):
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--days", type=int, default=None, help="keep this many days instead of HISTORY_DAYS")
         parser.add_argument("--batch", type=int, default=5000, help="rows deleted per statement (default 5000)")
-        parser.add_argument("--database", default=None,
-                            help="the database holding the history (default: the ORM store's, else 'default')")
+        parser.add_argument(
+            "--database",
+            default=None,
+            help="the database holding the history (default: the ORM store's, else 'default')",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         days = options["days"] if options["days"] is not None else get_settings().history_days

@@ -75,7 +75,8 @@ class Command(BaseCommand):
             self.stderr.write(
                 f"mailqueue: worker {worker.owner} on {type(store).__name__}, queues "
                 f"{','.join(worker.queues) if worker.queues else 'all'}, concurrency {worker.concurrency}"
-                + (", once" if worker.once else ""))
+                + (", once" if worker.once else "")
+            )
         stats = asyncio.run(self._run(worker, verbosity))
         if verbosity >= 1:
             self.stdout.write(

@@ -5,42 +5,40 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='ReceivedMessage',
+            name="ReceivedMessage",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('mailbox', models.CharField(db_index=True, max_length=320)),
-                ('envelope_from', models.CharField(blank=True, max_length=320)),
-                ('envelope_to', models.TextField(blank=True)),
-                ('from_header', models.TextField(blank=True)),
-                ('to_header', models.TextField(blank=True)),
-                ('subject', models.TextField(blank=True)),
-                ('message_id', models.CharField(blank=True, db_index=True, max_length=998)),
-                ('data', models.BinaryField()),
-                ('received', models.DateTimeField(db_index=True, default=django.utils.timezone.now)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("mailbox", models.CharField(db_index=True, max_length=320)),
+                ("envelope_from", models.CharField(blank=True, max_length=320)),
+                ("envelope_to", models.TextField(blank=True)),
+                ("from_header", models.TextField(blank=True)),
+                ("to_header", models.TextField(blank=True)),
+                ("subject", models.TextField(blank=True)),
+                ("message_id", models.CharField(blank=True, db_index=True, max_length=998)),
+                ("data", models.BinaryField()),
+                ("received", models.DateTimeField(db_index=True, default=django.utils.timezone.now)),
             ],
             options={
-                'ordering': ['-received', '-id'],
+                "ordering": ["-received", "-id"],
             },
         ),
         migrations.CreateModel(
-            name='SmtpEvent',
+            name="SmtpEvent",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('at', models.DateTimeField(db_index=True, default=django.utils.timezone.now)),
-                ('envelope_from', models.CharField(blank=True, max_length=320)),
-                ('recipient', models.CharField(max_length=320)),
-                ('reply', models.CharField(max_length=200)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("at", models.DateTimeField(db_index=True, default=django.utils.timezone.now)),
+                ("envelope_from", models.CharField(blank=True, max_length=320)),
+                ("recipient", models.CharField(max_length=320)),
+                ("reply", models.CharField(max_length=200)),
             ],
             options={
-                'ordering': ['-at', '-id'],
+                "ordering": ["-at", "-id"],
             },
         ),
     ]

@@ -13,8 +13,12 @@ class Command(BaseCommand):
     help = "Run the demo's SMTP sink on loopback: the recipients' MX, filing what it accepts into the mailboxes."
 
     def add_arguments(self, parser):
-        parser.add_argument("--port", type=int, default=settings.DEMO_SINK_PORT,
-                            help="the port on 127.0.0.1 (default: DEMO_SINK_PORT, 2525)")
+        parser.add_argument(
+            "--port",
+            type=int,
+            default=settings.DEMO_SINK_PORT,
+            help="the port on 127.0.0.1 (default: DEMO_SINK_PORT, 2525)",
+        )
 
     def handle(self, *args, **options):
         port = options["port"]
