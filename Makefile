@@ -26,6 +26,7 @@ $(DEMO_STAMP): pyproject.toml
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
