@@ -54,7 +54,11 @@ class PgListener:
         import psycopg
 
         conn = await psycopg.AsyncConnection.connect(**self._conninfo())
-        await conn.execute(f'LISTEN "{self._channel}"')
+        try:
+            await conn.execute(f'LISTEN "{self._channel}"')
+        except BaseException:  # the wait's timeout cancelled it, or LISTEN failed: no connection left open
+            await conn.close()
+            raise
         return conn
 
     async def wait(self, timeout: float) -> bool:

@@ -165,3 +165,23 @@ def test_a_claim_waits_for_the_wal_flush(pg_alias: str) -> None:
     with connections[pg_alias].execute_wrapper(capture):
         assert store.renew([claimed.id], owner="w1", lease_expires=T0 + timedelta(seconds=90)) == [claimed.id]
     assert any("synchronous_commit TO OFF" in sql for sql in statements), statements
+
+
+@pytest.mark.asyncio
+async def test_a_wait_that_times_out_while_connecting_leaves_no_connection_open(pg_alias: str) -> None:
+    """A listener's timeout may cancel its connect between the connection and its LISTEN."""
+    import gc
+    import warnings
+
+    from django_mailqueue.stores.pg_listen import PgListener
+
+    settings = connections[pg_alias].settings_dict
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for step in [*range(1, 41)] * 4:  # timeouts of 1 to 40 ms: some land inside the LISTEN round trip
+            listener = PgListener(settings, "mailqueue_test_cancelled_connect")
+            await listener.wait(step / 1000)
+            await listener.close()
+        gc.collect()
+    leaked = [w for w in caught if issubclass(w.category, ResourceWarning) and "AsyncConnection" in str(w.message)]
+    assert leaked == []
