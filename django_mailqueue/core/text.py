@@ -35,10 +35,7 @@ def refuse_unkeepable(value: str, what: str) -> str:
 
 def refuse_line_breaks(value: str, what: str) -> str:
     """Return `value`, or raise `INVALID` if it holds any of `LINE_BREAKS` (header or SMTP injection)."""
-    found = _LINE_BREAK.search(value)
-    if found:
-        raise QueueError(Code.INVALID, f"{what} holds a line break (U+{ord(found.group()):04X})")
-    return value
+    return _refuse(_LINE_BREAK, value, what, "a line break")
 
 
 def fits_a_header(value: str) -> bool:
@@ -56,9 +53,13 @@ def refuse_in_header(value: str, what: str) -> str:
 
 def refuse_controls(value: str, what: str) -> str:
     """Return `value`, or raise `INVALID` if it holds a C0 control or DEL (no SMTP command may carry one)."""
-    found = _C0_OR_DEL.search(value)
+    return _refuse(_C0_OR_DEL, value, what, "a control character")
+
+
+def _refuse(pattern: re.Pattern[str], value: str, what: str, kind: str) -> str:
+    found = pattern.search(value)
     if found:
-        raise QueueError(Code.INVALID, f"{what} holds a control character (U+{ord(found.group()):04X})")
+        raise QueueError(Code.INVALID, f"{what} holds {kind} (U+{ord(found.group()):04X})")
     return value
 
 

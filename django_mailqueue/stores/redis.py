@@ -679,14 +679,6 @@ class RedisStore(QueueStore):
             if first >= total:
                 return
 
-    async def alist(
-        self, query: ItemQuery | None = None, *, offset: int = 0, limit: int = 100
-    ) -> builtins.list[QueueItem]:
-        return await asyncio.to_thread(self.list, query, offset=offset, limit=limit)
-
-    async def acount(self, query: ItemQuery | None = None) -> int:
-        return await asyncio.to_thread(self.count, query)
-
     # --- for tests: damage as a real store might suffer it ---------------------------------
 
     def lose_message(self, item_id: uuid.UUID) -> None:

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from django.core import checks
 from django.core.checks import CheckMessage
-from django.utils.module_loading import import_string
 
 from ..core.errors import QueueError
+from . import configured_store_class
+
+if TYPE_CHECKING:
+    from .redis import RedisStore
 
 HINT = (
     "Run the queue's Redis with maxmemory-policy noeviction (redis.conf, or CONFIG SET maxmemory-policy "
@@ -21,16 +26,10 @@ def maxmemory_policy_warnings() -> list[CheckMessage]:
     Connects to Redis (briefly, with the store's own settings); any failure is
     reported as the warning's text, never raised.
     """
-    from ..conf import get_settings
-
-    try:
-        settings = get_settings()
-        cls = import_string(settings.store.backend)
-        from .redis import RedisStore
-    except (QueueError, ImportError):
-        return []  # a bad STORE is mailqueue.E003's to report
-    if not (isinstance(cls, type) and issubclass(cls, RedisStore)):
+    found = configured_store_class(_redis_store)
+    if found is None:
         return []
+    settings, cls = found
     try:
         store = cls(settings.store.options, max_items=settings.max_items)
     except QueueError:
@@ -63,3 +62,9 @@ def maxmemory_policy_warnings() -> list[CheckMessage]:
             )
         ]
     return []
+
+
+def _redis_store() -> type[RedisStore]:
+    from .redis import RedisStore
+
+    return RedisStore

@@ -8,9 +8,8 @@ from typing import Any
 import django
 from django.core import checks
 from django.core.checks import CheckMessage
-from django.utils.module_loading import import_string
 
-from ..core.errors import QueueError
+from . import configured_store_class
 
 #: Seconds a connection waits for SQLite's write lock that this check recommends (Django's default: 5).
 TIMEOUT = 20
@@ -41,16 +40,12 @@ def sqlite_option_infos() -> list[CheckMessage]:
     from django.conf import settings as django_settings
     from django.db import connections
 
-    from ..conf import get_settings
+    from .orm import OrmStore
 
-    try:
-        settings = get_settings()
-        cls = import_string(settings.store.backend)
-        from .orm import OrmStore
-    except (QueueError, ImportError):
-        return []  # a bad STORE is mailqueue.E003's to report
-    if not (isinstance(cls, type) and issubclass(cls, OrmStore)):
+    found = configured_store_class(lambda: OrmStore)
+    if found is None:
         return []
+    settings, _ = found
     alias = str(settings.store.options.get("database", "default"))
     if alias not in django_settings.DATABASES or connections[alias].vendor != "sqlite":
         return []
