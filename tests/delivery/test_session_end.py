@@ -11,7 +11,8 @@ import pytest
 
 from django_mailqueue.core.items import RecipientState
 from django_mailqueue.delivery import Deliverer
-from django_mailqueue.delivery.smtp import QUIT_TIMEOUT, SmtpTransport
+from django_mailqueue.delivery.session import QUIT_TIMEOUT
+from django_mailqueue.delivery.smtp import SmtpTransport
 from tests.delivery.conftest import MESSAGE, MakeSettings, mx_domain
 from tests.support.dns_server import DnsServer
 from tests.support.smtp_server import SILENT, ServerPool, Trickle
