@@ -15,7 +15,7 @@ DEMO_STAMP := $(VENV)/.demo-installed
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=25.1"
-	$(BIN)/python -m pip install --quiet -e ".[redis,postgres]" --group dev
+	$(BIN)/python -m pip install --quiet -e ".[redis,postgres,dkim]" --group dev
 	touch $(STAMP)
 
 $(DEMO_STAMP): pyproject.toml

@@ -4,8 +4,8 @@
     python .ci/lowest_versions.py --install   # install the package, its extras and the test group with them
     python3 .ci/lowest_versions.py --check    # exit 1 unless the running Python has exactly those installed
 
-The runtime dependencies are `[project] dependencies` and the `redis` and
-`postgres` extras; each one's lowest admitted version is its `>=` bound.
+The runtime dependencies are `[project] dependencies` and the `redis`,
+`postgres` and `dkim` extras; each one's lowest admitted version is its `>=` bound.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
-EXTRAS = ("redis", "postgres")
+EXTRAS = ("redis", "postgres", "dkim")
 _REQUIREMENT = re.compile(r"^\s*([A-Za-z0-9_.-]+)\s*(?:\[[^\]]*\])?\s*(.*)$")
 
 

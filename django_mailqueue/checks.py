@@ -126,3 +126,35 @@ def check_sqlite_options(app_configs: Any = None, **kwargs: Any) -> list[CheckMe
     from .stores.sqlite_checks import sqlite_option_infos
 
     return sqlite_option_infos()
+
+
+@register(Tags.compatibility)
+def check_dkim_keys(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """mailqueue.E023: a DKIM key that cannot sign; mailqueue.I002: the TXT record each key needs published."""
+    from .dkim import DkimKeyError, load_key, zone_line
+
+    try:
+        parsed = get_settings()
+    except QueueSettingsError:
+        return []  # reported by check_mailqueue_settings
+    messages: list[CheckMessage] = []
+    for entry in parsed.dkim.values():
+        try:
+            key = load_key(entry)
+        except DkimKeyError as exc:
+            messages.append(
+                Error(
+                    exc.message,
+                    hint="`manage.py mailqueue_dkim_keygen DOMAIN SELECTOR` writes a new key.",
+                    id="mailqueue.E023",
+                )
+            )
+            continue
+        messages.append(
+            checks.Info(
+                f"DKIM for {entry.from_domain}: mail is signed d={entry.domain}, s={entry.selector} "
+                f"({entry.algorithm}); the TXT record to publish: {zone_line(key)}",
+                id="mailqueue.I002",
+            )
+        )
+    return messages

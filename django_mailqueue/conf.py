@@ -16,6 +16,7 @@ from django.utils.module_loading import import_string
 
 from . import validation as rules
 from .core.errors import QueueSettingsError
+from .dkim import DkimEntry, parse_dkim
 from .routes import MxRoute as MxRoute  # the route types are named here too: the settings hold them
 from .routes import RelayRoute as RelayRoute
 from .routes import Route as Route
@@ -86,6 +87,8 @@ class QueueSettings:
     poll_interval: float = 5
     history_days: int = 30
     max_bytes_in_flight: int = 100 * 1024 * 1024
+    #: From domain (lowercase A-label, or "*") -> its DKIM entry; empty: no signing
+    dkim: Mapping[str, DkimEntry] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if "*" not in self.routes:
@@ -360,6 +363,14 @@ KEYS: tuple[SettingKey, ...] = (
         rules.number(integer=True, minimum=1024 * 1024, exclusive=False),
         "bytes of messages a worker holds at once (each counted twice: read and on the wire); one larger "
         "message still goes alone",
+    ),
+    SettingKey(
+        "DKIM",
+        "dkim",
+        "mailqueue.E023",
+        {},
+        parse_dkim,
+        'From domain (or "*" with DOMAIN) -> SELECTOR, PRIVATE_KEY, ALGORITHM, HEADERS: the worker signs with it',
     ),
 )
 KEYS_BY_NAME = {k.name: k for k in KEYS}

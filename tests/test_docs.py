@@ -104,6 +104,7 @@ def test_troubleshooting_explains_every_error_code_and_check_id() -> None:
         "mailqueue.W002",
         "mailqueue.W003",
         "mailqueue.I001",
+        "mailqueue.I002",
         "mailqueue.I010",
     }
     # every id the package can report, found in its source

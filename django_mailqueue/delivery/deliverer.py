@@ -15,6 +15,7 @@ from ..core.clock import Clock, SystemClock
 from ..core.errors import Code, QueueError
 from ..core.items import RecipientOutcome, RecipientState, Reply
 from ..core.masking import SecretMask
+from ..dkim import DkimSigner
 from . import replies
 from .addresses import EnvelopeAddress, parse_address, parse_sender
 from .resolver import DnsResolver, MailHost, MxResolver, Resolution, ip_literal
@@ -102,6 +103,7 @@ class Deliverer:
         resolver: MxResolver | None = None,
         relay_tls_context: RelayContextFactory | None = None,
         max_sessions: int = 20,
+        signer: DkimSigner | None = None,
     ) -> None:
         self.settings = settings
         self.clock = clock or SystemClock()
@@ -111,6 +113,8 @@ class Deliverer:
         self._max_sessions = max_sessions
         self._mx_context: ssl.SSLContext | None = None
         self._relay_contexts: dict[RelayRoute, ssl.SSLContext] = {}
+        #: DKIM keys are read here, once per worker: a bad one stops the worker before it claims anything
+        self._signer = signer or DkimSigner.from_settings(settings.dkim)
 
     async def aclose(self) -> None:
         """Close the transport's cached connections (each gets its QUIT)."""
@@ -226,8 +230,12 @@ class Deliverer:
         return destinations[key]
 
     async def _message(self, message: bytes) -> _Message:
+        signer = self._signer
+
         def build() -> _Message:
             normalized = normalize_line_endings(message)
+            if signer is not None:  # over exactly what goes on the wire, before dot-stuffing
+                normalized = signer.sign(normalized)
             return _Message(
                 dot_stuff(normalized), len(normalized), headers_need_smtputf8(normalized), has_8bit(normalized)
             )

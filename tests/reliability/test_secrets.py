@@ -1,6 +1,6 @@
 """Secrets forced into failures never show: logs, exceptions, `error` signals, admin pages, Django's error reports.
 
-Three secrets, each made to fail every way it can:
+Four secrets, each made to fail every way it can:
 
 - a relay's PASSWORD: refused (a 535 that echoes the credentials), AUTH
   answered 421 with the line echoed, a TLS handshake that fails, an
@@ -10,7 +10,10 @@ Three secrets, each made to fail every way it can:
   `requirepass`), an unreachable port, TLS to a server that has none;
 - a PostgreSQL password (in the URL the settings are built from): a wrong
   password (a private cluster with scram auth) and an unreachable host,
-  through `mailqueue_work --once` and `mailqueue_status` processes.
+  through `mailqueue_work --once` and `mailqueue_status` processes;
+- a DKIM private key given as PEM text: mail signed with it (and a deferral),
+  a key of the wrong kind, a key cut short — the check, the worker, the
+  admin, `mailqueue_status` and Django's error report.
 
 Each check looks at every text an operator or a log collector sees: caplog
 at DEBUG, `str` / `repr` / the whole `traceback.format_exception` chain of
@@ -28,6 +31,7 @@ import subprocess
 import sys
 import traceback
 from collections.abc import Iterator
+from io import StringIO
 from pathlib import Path
 from typing import Any
 
@@ -418,3 +422,116 @@ def test_a_postgresql_password_never_shows(case: str, secret_postgres: PrivatePo
 
 def test_memory_store_has_nothing_to_hide() -> None:
     assert "PASSWORD" not in repr(MemoryStore().__dict__)
+
+
+# --- a DKIM private key ---------------------------------------------------------------------------
+
+
+def settings_report() -> str:
+    """Django's error report, settings included, raised in a frame that holds no key (its locals are shown)."""
+    try:
+        raise QueueError("STORE_UNAVAILABLE", "something failed")
+    except QueueError as exc:
+        return report_text(exc)
+
+
+def key_lines(pem: str) -> list[str]:
+    """The key's base64 lines (and the forms the queue hands dkimpy): any of them in a text is a leak."""
+    from django_mailqueue.dkim import DkimEntry, load_key
+
+    lines = [line for line in pem.splitlines() if line and not line.startswith("-----")]
+    public = ""
+    for algorithm in ("rsa-sha256", "ed25519-sha256"):
+        try:
+            key = load_key(DkimEntry("origin.test", "origin.test", "s", pem, algorithm))
+        except QueueError:
+            continue
+        public = key.record
+        lines += [line for line in key.dkimpy_key.decode().splitlines() if line and not line.startswith("-----")]
+    # an RSA private key holds its modulus too: a piece the public record (which may be shown) holds is no secret
+    pieces = [line[i : i + 40] for line in lines for i in range(0, len(line) - 39, 20)]
+    return [piece for piece in pieces if piece not in public]
+
+
+def key_leaks(pem: str, *texts: str) -> list[str]:
+    secrets = key_lines(pem)
+    return [text[:300] for text in texts if any(secret in text for secret in secrets)]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("algorithm", ["rsa-sha256", "ed25519-sha256"])
+def test_a_dkim_private_key_never_shows(
+    algorithm: str,
+    smtp_servers: ServerPool,  # noqa: F811
+    settings: Any,
+    caplog: pytest.LogCaptureFixture,
+    error_signals: ErrorSignals,
+) -> None:
+    from django.core.checks import run_checks
+    from django.core.management import call_command
+
+    from django_mailqueue.checks import check_dkim_keys
+    from django_mailqueue.management.commands.mailqueue_dkim_keygen import generate_pem
+
+    caplog.set_level(logging.DEBUG)
+    pem = generate_pem(algorithm).decode()
+    relay = smtp_servers.smtp("127.0.0.2", rcpt_replies={"later@corp.test": "451 4.7.1 Try again later"})
+    settings.MAILQUEUE = {
+        "HOSTNAME": "mq.test.example",
+        "STORE": {"BACKEND": "django_mailqueue.stores.orm.OrmStore", "OPTIONS": {"database": "default"}},
+        "ROUTES": {"*": {"HOST": "127.0.0.2", "PORT": smtp_servers.port, "TLS": "none"}},
+        "DKIM": {"origin.test": {"SELECTOR": "mq1", "PRIVATE_KEY": pem, "ALGORITHM": algorithm}},
+    }
+    get_settings.cache_clear()
+    store = OrmStore({"database": "default"})
+    message = b"From: <sender@origin.test>\r\nTo: <rcpt@corp.test>\r\nSubject: hi\r\n\r\nhello\r\n"
+    item = store.add(NewItem("sender@origin.test", ("rcpt@corp.test", "later@corp.test"), message), now=_now())
+    worker = Worker(store=store, settings=get_settings(), once=True, history=History("default"))
+
+    import asyncio
+
+    stats = asyncio.run(worker.run())
+
+    assert (stats.delivered, stats.deferred) == (1, 1), stats
+    (signed,) = relay.messages
+    assert signed.data.startswith(b"DKIM-Signature:")  # the key was used...
+    kept = store.get(item.id)
+    status = StringIO()
+    call_command("mailqueue_status", stdout=status)
+    call_command("mailqueue_status", "--json", stdout=status)
+    checked = [str(m) for m in run_checks()] + [repr(m) for m in check_dkim_keys()]
+    report = settings_report()
+    texts = [caplog.text, *(r.getMessage() for r in caplog.records), repr(kept), *error_signals.payloads]
+    texts += [repr(get_settings()), status.getvalue(), *checked, report, repr(worker.deliverer.__dict__)]
+    texts += admin_pages(item.id)
+    assert key_lines(pem)
+    assert key_leaks(pem, *texts) == []  # ...and never shown
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["wrong kind", "cut short", "a file that is not a key"],
+)
+def test_a_bad_dkim_key_is_refused_without_showing_it(damage: str, settings: Any, tmp_path: Path) -> None:
+    from django_mailqueue.checks import check_dkim_keys
+    from django_mailqueue.delivery import Deliverer
+    from django_mailqueue.management.commands.mailqueue_dkim_keygen import generate_pem
+
+    pem = generate_pem("rsa-sha256").decode()
+    if damage == "wrong kind":
+        given, algorithm = pem, "ed25519-sha256"
+    elif damage == "cut short":
+        lines = pem.splitlines()
+        given, algorithm = "\n".join(lines[:8] + lines[-1:]), "rsa-sha256"
+    else:
+        path = tmp_path / "key.pem"
+        path.write_text(pem.replace("PRIVATE KEY", "CERTIFICATE"))
+        given, algorithm = str(path), "rsa-sha256"
+    settings.MAILQUEUE = {"DKIM": {"origin.test": {"SELECTOR": "mq1", "PRIVATE_KEY": given, "ALGORITHM": algorithm}}}
+    get_settings.cache_clear()
+    (error,) = check_dkim_keys()
+    assert error.id == "mailqueue.E023" and "origin.test" in error.msg and "mq1" in error.msg
+    with pytest.raises(QueueError) as raised:
+        Deliverer(get_settings())
+    assert raised.value.code == "INVALID_OPTION"
+    assert key_leaks(pem, error.msg, repr(error), *exception_texts(raised.value), repr(get_settings())) == []
