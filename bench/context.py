@@ -35,15 +35,19 @@ DB_NAMES = {"sqlite": "SQLite", "postgres": "PostgreSQL", "redis": "Redis"}
 
 @dataclass(frozen=True)
 class Config:
-    """One library on one store. Ours on Redis keeps Django's own database (history) on PostgreSQL."""
+    """One library on one store. Ours on Redis keeps Django's own database (history) on PostgreSQL.
+
+    PostgreSQL connects with Django's default `OPTIONS` (none); a `tuned` configuration adds
+    `server_side_binding` and `prepare_threshold` (the second line of the tables)."""
 
     lib: str
     db: str  # sqlite | postgres: Django's DATABASES["default"]
     store: str = "orm"  # orm | redis (ours only)
+    tuned: bool = False
 
     @property
     def key(self) -> str:
-        return f"{self.lib}-{'redis' if self.store == 'redis' else self.db}"
+        return f"{self.lib}-{self.where}{'-tuned' if self.tuned else ''}"
 
     @property
     def where(self) -> str:
@@ -51,7 +55,7 @@ class Config:
 
     @property
     def label(self) -> str:
-        return f"{LIB_NAMES[self.lib]} · {DB_NAMES[self.where]}"
+        return f"{LIB_NAMES[self.lib]} · {DB_NAMES[self.where]}{' (tuned OPTIONS)' if self.tuned else ''}"
 
     @property
     def python(self) -> Path:
@@ -67,6 +71,12 @@ PO_SQLITE = Config("postoffice", "sqlite")
 PO_PG = Config("postoffice", "postgres")
 OURS = [OURS_SQLITE, OURS_PG, OURS_REDIS]
 ALL = [*OURS, MAILER_SQLITE, MAILER_PG, PO_SQLITE, PO_PG]
+# The second line on PostgreSQL: the same three with server_side_binding and prepare_threshold.
+TUNED = [
+    Config("ours", "postgres", tuned=True),
+    Config("mailer", "postgres", tuned=True),
+    Config("postoffice", "postgres", tuned=True),
+]
 
 
 @dataclass(frozen=True)
@@ -158,6 +168,7 @@ class Context:
             BENCH_LIB=cfg.lib,
             BENCH_DB=cfg.db,
             BENCH_STORE=cfg.store,
+            BENCH_PG_OPTIONS="tuned" if cfg.tuned else "default",
             BENCH_REDIS_URL=self.servers.redis.url,
             BENCH_PG_PORT=str(self.servers.postgres.port),
             BENCH_SINK_PORT=str(sink_port or self.servers.sink.port),

@@ -4,15 +4,18 @@
 
 Each command prints one JSON object on its last line of output. The same
 message (subject, body of ≈ --size bytes on the wire, one recipient) is made
-for every library, through each library's own public API:
+for every library, and enqueued the way a Django site calls it: through
+Django's own mail API, which hands it to the library's `EMAIL_BACKEND`:
 
-| what | ours | django-mailer | post-office |
-| --- | --- | --- | --- |
-| one | `send_mail()` | `send_mail()` | `send_mail()` |
-| batch | `get_connection().send_messages(list)` | `mailer.send_mass_mail(tuples)` | `mail.send_many(list)` |
+- single: `django.core.mail.send_mail()`, which reaches the backend's `send_messages([one])`;
+- batch: `django.core.mail.send_mass_mail(tuples)`, the backend's `send_messages(list)` — ours
+  `add_many`, django-mailer's `DbBackend` one `bulk_create`, post-office's `EmailBackend` one
+  `create()` a message;
+- sendmany: post-office only, its own `mail.send_many(list)` (a second line: its users call it).
 
 A batch runs in one `transaction.atomic()` for every library on a database
-(a store that is not a database, Redis, needs none).
+(a store that is not a database, Redis, needs none): no library's batch then
+pays a commit a message.
 """
 
 from __future__ import annotations
@@ -94,17 +97,23 @@ class Adapter:
 
         send_mail(m.subject, m.body, m.sender, [m.to])
 
-    def batch(self, msgs: Sequence[Msg]) -> None:
+    def batch(self, msgs: Sequence[Msg], mode: str = "batch") -> None:
+        call = self.own_batch if mode == "sendmany" else self.django_batch
         if self.uses_db:
             from django.db import transaction
 
             with transaction.atomic():
-                self._batch(msgs)
+                call(msgs)
         else:
-            self._batch(msgs)
+            call(msgs)
 
-    def _batch(self, msgs: Sequence[Msg]) -> None:
-        raise NotImplementedError
+    def django_batch(self, msgs: Sequence[Msg]) -> None:
+        from django.core.mail import send_mass_mail
+
+        send_mass_mail([(m.subject, m.body, m.sender, [m.to]) for m in msgs])
+
+    def own_batch(self, msgs: Sequence[Msg]) -> None:
+        raise SystemExit(f"{type(self).__name__} has no bulk call of its own in this benchmark")
 
     def queued(self) -> int:
         raise NotImplementedError
@@ -123,11 +132,6 @@ class Ours(Adapter):
         from django.conf import settings
 
         self.uses_db = "orm" in settings.MAILQUEUE["STORE"]["BACKEND"]
-
-    def _batch(self, msgs: Sequence[Msg]) -> None:
-        from django.core.mail import EmailMessage, get_connection
-
-        get_connection().send_messages([EmailMessage(m.subject, m.body, m.sender, [m.to]) for m in msgs])
 
     def queued(self) -> int:
         from django_mailqueue.stores import get_store
@@ -180,11 +184,6 @@ class Ours(Adapter):
 
 
 class Mailer(Adapter):
-    def _batch(self, msgs: Sequence[Msg]) -> None:
-        import mailer
-
-        mailer.send_mass_mail([(m.subject, m.body, m.sender, [m.to]) for m in msgs])
-
     def queued(self) -> int:
         from mailer.models import Message
 
@@ -197,7 +196,7 @@ class Mailer(Adapter):
 
 
 class PostOffice(Adapter):
-    def _batch(self, msgs: Sequence[Msg]) -> None:
+    def own_batch(self, msgs: Sequence[Msg]) -> None:
         from post_office import mail
 
         mail.send_many(
@@ -235,12 +234,12 @@ def cmd_enqueue(a: Adapter, args: argparse.Namespace) -> dict[str, object]:
         batch = args.batch
         warm = batch if args.warmup else 0
         if warm:
-            a.batch([make(100000 + j, size) for j in range(batch)])
+            a.batch([make(100000 + j, size) for j in range(batch)], args.mode)
         # the messages are made before the clock starts for every library alike
         batches = [[make(i + j, size) for j in range(min(batch, count - i))] for i in range(0, count, batch)]
         started = time.perf_counter()
         for msgs in batches:
-            a.batch(msgs)
+            a.batch(msgs, args.mode)
         elapsed = time.perf_counter() - started
     queued = a.queued()
     return {
@@ -337,7 +336,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     for name in ("noop", "migrate", "count", "info"):
         sub.add_parser(name)
     p = sub.add_parser("enqueue")
-    p.add_argument("--mode", choices=["single", "batch"], required=True)
+    p.add_argument("--mode", choices=["single", "batch", "sendmany"], required=True)
     p.add_argument("--count", type=int, required=True)
     p.add_argument("--size", type=int, default=2000)
     p.add_argument("--batch", type=int, default=100)

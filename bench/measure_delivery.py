@@ -16,7 +16,7 @@ import re
 import statistics
 
 from . import procs
-from .context import ALL, LOGS, MAILER_PG, MAILER_SQLITE, OURS, PO_PG, PO_SQLITE, Config, Context
+from .context import ALL, LOGS, MAILER_PG, MAILER_SQLITE, OURS, PO_PG, PO_SQLITE, TUNED, Config, Context
 from .measure_raw import aiosmtplib_rate
 
 MIB = 1024 * 1024
@@ -32,7 +32,7 @@ def commands(ctx: Context, cfg: Config, processes: int) -> list[list[str]]:
 
 
 def plans(ctx: Context) -> list[tuple[str, Config, int]]:
-    out: list[tuple[str, Config, int]] = [("deliver.1", cfg, 1) for cfg in ctx.available(ALL)]
+    out: list[tuple[str, Config, int]] = [("deliver.1", cfg, 1) for cfg in ctx.available([*ALL, *TUNED])]
     for cfg in ctx.available(OURS):
         out.append(("deliver.2", cfg, 2))
         out.append(("deliver.4", cfg, 4))
@@ -112,7 +112,7 @@ def run(ctx: Context) -> None:
     startup(ctx)
     for rep in range(ctx.args.repeats):
         for measure, cfg, processes in plans(ctx):
-            if measure == "deliver.1" and cfg.lib == "ours":
+            if measure == "deliver.1" and cfg.lib == "ours" and not cfg.tuned:
                 paired_raw(ctx, cfg, rep)
             try:
                 stats = deliver_once(ctx, measure, cfg, processes, count=n, size=size, rep=rep)

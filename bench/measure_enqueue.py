@@ -1,5 +1,6 @@
-"""Enqueue rate: one `send_mail()` a call, and batches of 100, every library on SQLite and PostgreSQL (ours: Redis);
-and the commit floor on each database (bench/commit_floor.py), the most any one-a-call enqueue can reach."""
+"""Enqueue rate through Django's mail API: one `send_mail()` a call, and `send_mass_mail()` in batches of 100, every
+library on SQLite and PostgreSQL (ours: Redis), PostgreSQL with Django's default and with tuned `OPTIONS`;
+post-office's own `send_many`; and the commit floor on each database (bench/commit_floor.py)."""
 
 from __future__ import annotations
 
@@ -7,21 +8,25 @@ import contextlib
 import json
 
 from . import procs
-from .context import ALL, BENCH, OURS_PY, Context
+from .context import ALL, BENCH, OURS_PY, PO_PG, PO_SQLITE, TUNED, Context
 from .measure_raw import plain_env
 
-MEASURES = {"single": "enqueue.single", "batch": "enqueue.batch"}
+MEASURES = {"single": "enqueue.single", "batch": "enqueue.batch", "sendmany": "enqueue.sendmany"}
 FLOOR = "enqueue.floor"
 
 
 def run(ctx: Context) -> None:
     n, size = ctx.args.n, ctx.args.size
-    configs = ctx.available(ALL)
-    for measure in MEASURES.values():
+    configs = {
+        "single": ctx.available([*ALL, *TUNED]),
+        "batch": ctx.available([*ALL, *TUNED]),
+        "sendmany": ctx.available([PO_SQLITE, PO_PG]),  # post-office's own bulk call: a second line
+    }
+    for measure in ("enqueue.single", "enqueue.batch"):
         ctx.mark_redis(measure, "msg/s")
     for rep in range(ctx.args.repeats):
         for mode, measure in MEASURES.items():
-            for cfg in configs:
+            for cfg in configs[mode]:
                 try:
                     with ctx.fresh(cfg) as db:
                         res = ctx.driver(cfg, db, "enqueue", "--mode", mode, "--count", n, "--size", size)

@@ -1,6 +1,7 @@
 """Settings every benchmark project shares: the database and the sink, from BENCH_* environment variables.
 
 BENCH_DB            "sqlite" (BENCH_SQLITE_PATH) or "postgres" (BENCH_PG_PORT, BENCH_PG_NAME)
+BENCH_PG_OPTIONS    "default" (Django's: no OPTIONS) or "tuned" (server_side_binding, prepare_threshold)
 BENCH_SINK_PORT     the SMTP sink everybody sends to, on 127.0.0.1
 BENCH_WORKDIR       where lock files go
 """
@@ -32,16 +33,21 @@ def database() -> dict[str, object]:
             "OPTIONS": {"timeout": 30},
         }
     if kind == "postgres":
-        return {
+        db: dict[str, object] = {
             "ENGINE": "django.db.backends.postgresql",
             "NAME": os.environ.get("BENCH_PG_NAME", "bench"),
             "USER": "postgres",
             "HOST": "127.0.0.1",
             "PORT": os.environ.get("BENCH_PG_PORT", "5432"),
-            # Every library alike: parameters bound on the server, and a statement run five times
-            # prepared (Django's options for psycopg 3; its default is neither).
-            "OPTIONS": {"server_side_binding": True, "prepare_threshold": 5},
         }
+        options = os.environ.get("BENCH_PG_OPTIONS", "default")
+        if options == "tuned":
+            # The second line, every library alike: parameters bound on the server, and a statement
+            # run five times prepared (Django's options for psycopg 3; its default is neither).
+            db["OPTIONS"] = {"server_side_binding": True, "prepare_threshold": 5}
+        elif options != "default":
+            raise ValueError(f"BENCH_PG_OPTIONS must be default or tuned, not {options!r}")
+        return db
     raise ValueError(f"BENCH_DB must be sqlite or postgres, not {kind!r}")
 
 
