@@ -123,7 +123,7 @@ def check_url_password_in_error_reports(app_configs: Any = None, **kwargs: Any) 
 @register(Tags.compatibility)
 def check_sqlite_options(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """mailqueue.I010: an ORM store on SQLite without the options that let its writers share the lock."""
-    from .stores.sqlite_checks import sqlite_option_infos
+    from .stores.orm.sqlite_checks import sqlite_option_infos
 
     return sqlite_option_infos()
 

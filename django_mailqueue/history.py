@@ -15,9 +15,9 @@ from django.db.models import Field
 
 from .core.items import QueueItem, RecipientOutcome, RecipientState, address_domain
 from .models import DeliveryRecord
-from .stores.dbthreads import DatabaseThreads, drop_if_broken
-from .stores.pg_binding import binary_cursor
-from .stores.sqlite_wait import wait_for_lock
+from .stores.orm.pg_binding import binary_cursor
+from .stores.orm.sqlite_wait import wait_for_lock
+from .stores.orm.threads import DatabaseThreads, drop_if_broken
 
 logger = logging.getLogger("django_mailqueue")
 
@@ -157,4 +157,4 @@ def prune(*, days: int, now: datetime, batch: int = 5000, alias: str = "default"
         ids = list(records.filter(recorded__lt=cutoff).order_by("id").values_list("id", flat=True)[:batch])
         if not ids:
             return removed
-        removed += records.filter(id__in=ids)._raw_delete(alias)
+        removed += records.filter(id__in=ids).delete()[0]  # one DELETE: the records have no relations

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.db import DatabaseError, connections, transaction
 
-from django_mailqueue.stores.pg_binding import binary_cursor
+from django_mailqueue.stores.orm.pg_binding import binary_cursor
 from tests.support.databases import DATABASES
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True, databases=DATABASES)]

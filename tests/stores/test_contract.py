@@ -1,5 +1,5 @@
-"""The store contract suite, run against MemoryStore, OrmStore on SQLite (its hand-written statements and the
-ORM's) and OrmStore on PostgreSQL (both too, and the hand-written ones prepared)."""
+"""The store contract suite, run against MemoryStore, OrmStore on SQLite (its own dialect and the portable
+one) and OrmStore on PostgreSQL (both too, and its own statements prepared)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from django_mailqueue.models import QueuedItem, QueuedMessage, QueuedRecipient
 from django_mailqueue.stores.base import QueueStore
 from django_mailqueue.stores.memory import MemoryStore
 from django_mailqueue.stores.orm import OrmStore
+from django_mailqueue.stores.orm.portable import PortableDialect
 from django_mailqueue.testing import QueueStoreContract
 from django_mailqueue.testing.contract import LATER, NO, OK, T0, StoreFactory, at, new_item, outcome
 from tests.support.databases import DATABASES, PREPARED
@@ -64,27 +65,30 @@ class ItemRowsLeaveTogether:
         assert store.get(deferred.id) is not None and store.read_message(deferred.id) is not None
 
 
+class PortableOrmStore(OrmStore):
+    """The ORM store in its portable dialect (what MySQL, MariaDB, Oracle … speak) on any database."""
+
+    dialect_class = PortableDialect
+
+
 @pytest.mark.django_db(transaction=True)
 class TestOrmStoreSqlite(ItemRowsLeaveTogether, QueueStoreContract):
     race_items = 150
-    #: False: the ORM's own statements, the path of databases other than SQLite and PostgreSQL
-    hand_written_sql = True
+    #: OrmStore: the database's own dialect; PortableOrmStore: the portable one
+    store_class: type[OrmStore] = OrmStore
 
     @pytest.fixture
     def make_store(self) -> StoreFactory:
         def make(max_items: int | None = None) -> QueueStore:
-            store = OrmStore({"database": "default"}, max_items=max_items)
-            store.hand_written_sql = self.hand_written_sql
-            return store
+            return self.store_class({"database": "default"}, max_items=max_items)
 
         return make
 
 
 class TestOrmStorePortableSqlite(TestOrmStoreSqlite):
-    """The worker's statements as the ORM makes them (what a database other than SQLite and
-    PostgreSQL runs), on SQLite."""
+    """The portable dialect (every statement the ORM's) on SQLite."""
 
-    hand_written_sql = False
+    store_class = PortableOrmStore
 
     def test_concurrent_claimers_never_share_an_item(self, store: QueueStore) -> None:
         pytest.skip(
@@ -96,14 +100,12 @@ class TestOrmStorePortableSqlite(TestOrmStoreSqlite):
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True, databases=DATABASES)
 class TestOrmStorePostgres(ItemRowsLeaveTogether, QueueStoreContract):
-    hand_written_sql = True
+    store_class: type[OrmStore] = OrmStore
 
     @pytest.fixture
     def make_store(self, pg_alias: str) -> StoreFactory:
         def make(max_items: int | None = None) -> QueueStore:
-            store = OrmStore({"database": pg_alias}, max_items=max_items)
-            store.hand_written_sql = self.hand_written_sql
-            return store
+            return self.store_class({"database": pg_alias}, max_items=max_items)
 
         return make
 
@@ -137,6 +139,6 @@ class TestOrmStorePreparedPostgres(QueueStoreContract):
 
 
 class TestOrmStorePortablePostgres(TestOrmStorePostgres):
-    """The ORM's statements (select_for_update with skip_locked) on PostgreSQL."""
+    """The portable dialect (select_for_update with skip_locked) on PostgreSQL."""
 
-    hand_written_sql = False
+    store_class = PortableOrmStore

@@ -173,7 +173,7 @@ async def test_a_wait_that_times_out_while_connecting_leaves_no_connection_open(
     import gc
     import warnings
 
-    from django_mailqueue.stores.pg_listen import PgListener
+    from django_mailqueue.stores.orm.pg_listen import PgListener
 
     settings = connections[pg_alias].settings_dict
     with warnings.catch_warnings(record=True) as caught:

@@ -11,7 +11,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.test import override_settings
 
-from django_mailqueue.stores.sqlite_checks import recommended_options, sqlite_option_infos
+from django_mailqueue.stores.orm.sqlite_checks import recommended_options, sqlite_option_infos
 
 COMFORTABLE = {"timeout": 20, "init_command": "PRAGMA journal_mode=WAL", "transaction_mode": "IMMEDIATE"}
 

@@ -7,20 +7,20 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 import pytest
 from django.db import DatabaseError, connections, transaction
-from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_mailqueue.core.items import CompleteRequest, Completion, QueueItem, RecipientState
 from django_mailqueue.exceptions import QueueError
 from django_mailqueue.history import History, HistoryEntry
 from django_mailqueue.models import DeliveryRecord
 from django_mailqueue.stores.orm import OrmStore
-from django_mailqueue.stores.orm_rows import ItemRow, OrmRows, SqlRows
-from django_mailqueue.stores.sqlite_wait import is_busy
+from django_mailqueue.stores.orm.rows import ItemRow
+from django_mailqueue.stores.orm.sqlite import SqliteDialect
+from django_mailqueue.stores.orm.sqlite_wait import is_busy
 from django_mailqueue.testing.contract import OK, T0, at, new_item, outcome
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -136,25 +136,27 @@ def test_a_database_error_other_than_the_lock_is_not_tried_again() -> None:
     assert time.monotonic() - began < 1.0
 
 
-class ChangedBeforeTheLock(OrmStore):
-    """`change(conn, rows)` runs inside the completion's transaction just before its rows are locked: what
+class ChangingDialect(SqliteDialect):
+    """`change()` runs inside the completion's transaction just before its rows are locked: what
     another worker or an operator could do between the early read and the lock."""
 
-    def __init__(self, change: object) -> None:
+    change: Callable[[], object] | None = None
+
+    def lock(self, item_ids: Sequence[uuid.UUID]) -> list[ItemRow]:
+        if self.connection.in_atomic_block and self.change is not None:
+            change, self.change = self.change, None
+            change()
+        return super().lock(item_ids)
+
+
+class ChangedBeforeTheLock(OrmStore):
+    dialect_class = ChangingDialect
+
+    def __init__(self, change: Callable[[], object] | None) -> None:
         super().__init__({"database": "default"})
-        self.change = change
-
-    def _rows(self, conn: BaseDatabaseWrapper) -> OrmRows:
-        store = self
-
-        class Rows(SqlRows):
-            def lock(self, item_ids: Sequence[uuid.UUID]) -> list[ItemRow]:
-                if conn.in_atomic_block and store.change is not None:
-                    change, store.change = store.change, None
-                    change()  # type: ignore[operator]
-                return super().lock(item_ids)
-
-        return Rows(self.alias, conn)
+        assert isinstance(self.dialect, ChangingDialect)
+        self.changing = self.dialect
+        self.changing.change = change
 
 
 def delivered(item: QueueItem) -> Completion:
@@ -169,7 +171,7 @@ def test_outcomes_are_decided_again_when_an_item_changed_before_the_lock() -> No
     claimed = {i.id: i for i in taken_by_other.claim(owner="w1", now=T0, lease_expires=at(60), limit=3)}
     # Between the early read and the lock: the first item's lease is taken by another worker (its
     # lease expired), the second is cancelled by an operator.
-    taken_by_other.change = lambda: (
+    taken_by_other.changing.change = lambda: (
         taken_by_other.claim(owner="w2", now=at(120), lease_expires=at(180), limit=1),
         OrmStore({"database": "default"}).cancel(second.id),
     )

@@ -10,7 +10,7 @@ from typing import TypeVar
 from django.db import DatabaseError
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from ..core.errors import QueueError
+from ...core.errors import QueueError
 
 _T = TypeVar("_T")
 

@@ -15,13 +15,16 @@ _KEPT = "_mailqueue_binary_cursor"
 
 @contextmanager
 def binary_cursor(conn: BaseDatabaseWrapper) -> Iterator[CursorWrapper]:
-    """A cursor, inside Django's wrapper, for statements that write `%b` for every parameter (`in_binary`).
+    """A cursor, inside Django's wrapper, for statements that write `%b` for every parameter.
 
     The psycopg cursor under it is kept with the connection and reused: fetch a statement's rows
     before the next `binary_cursor` statement on the same connection, and read large results
     elsewhere. Why: docs/performance.md, "PostgreSQL: parameters in binary".
     """
-    yield conn._prepare_cursor(_kept_cursor(conn))  # type: ignore[attr-defined]
+    kept = _kept_cursor(conn)
+    conn.validate_thread_sharing()
+    # Wrapped as Django wraps its own cursors: with the query log when it is on (DEBUG, a test's capture).
+    yield conn.make_debug_cursor(kept) if conn.queries_logged else conn.make_cursor(kept)
 
 
 def _kept_cursor(conn: BaseDatabaseWrapper) -> Any:
@@ -36,8 +39,3 @@ def _kept_cursor(conn: BaseDatabaseWrapper) -> Any:
         cursor = psycopg.Cursor(raw)
     setattr(conn, _KEPT, (raw, cursor))
     return cursor
-
-
-def in_binary(sql: str) -> str:
-    """`sql` with its `%s` placeholders as `%b` (binary parameters)."""
-    return sql.replace("%s", "%b")

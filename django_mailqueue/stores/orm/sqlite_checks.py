@@ -9,7 +9,7 @@ import django
 from django.core import checks
 from django.core.checks import CheckMessage
 
-from . import configured_store_class
+from .. import configured_store_class
 
 #: Seconds a connection waits for SQLite's write lock that this check recommends (Django's default: 5).
 TIMEOUT = 20
@@ -40,7 +40,7 @@ def sqlite_option_infos() -> list[CheckMessage]:
     from django.conf import settings as django_settings
     from django.db import connections
 
-    from .orm import OrmStore
+    from .store import OrmStore
 
     found = configured_store_class(lambda: OrmStore)
     if found is None:

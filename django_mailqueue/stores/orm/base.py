@@ -1,0 +1,135 @@
+"""The ORM store's dialects: the statements `OrmStore` runs on one kind of database, chosen once per alias."""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import builtins
+import contextlib
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from datetime import datetime
+from typing import Any, ClassVar, TypeVar
+
+from django.db import connections, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.backends.utils import CursorWrapper
+
+from ...core.items import NewItem, QueueItem
+from .rows import ItemRow, RecipientRow
+from .statements import statement
+from .threads import DatabaseThreads
+
+_T = TypeVar("_T")
+
+
+class Dialect(abc.ABC):
+    """How `OrmStore` speaks to one kind of database: its adds, the worker's statements, its wake-ups.
+
+    One object serves every thread and keeps no connection: each call works on the calling
+    thread's `connections[alias]`. Statements run inside the transaction the store opened.
+    """
+
+    #: "sqlite", "postgresql" or "portable"; the folder of its statements under `sql/`.
+    name: ClassVar[str]
+    #: `await_added` returns promptly after an add in any process (the store's `supports_wakeup`).
+    wakes: ClassVar[bool] = False
+    #: `complete_many` reads the rows and decides the outcomes before it takes the write lock.
+    plans_before_lock: ClassVar[bool] = False
+    #: An add of up to this many items is one statement, atomic by itself: no transaction is opened for it.
+    one_statement_add: ClassVar[int] = 0
+
+    def __init__(self, alias: str, threads: DatabaseThreads) -> None:
+        self.alias = alias
+        #: the store's threads, where the async waits run their statements
+        self.threads = threads
+
+    @property
+    def connection(self) -> BaseDatabaseWrapper:
+        return connections[self.alias]
+
+    def run_write(self, write: Callable[[], _T], *, lock_wait: float) -> _T:
+        """`write()`, a transaction of the store's own: SQLite tries it again while another writer holds the lock."""
+        return write()
+
+    @contextlib.contextmanager
+    def atomic(self, conn: BaseDatabaseWrapper, *, durable: bool) -> Iterator[None]:
+        """A transaction for a write: the store's own, or a savepoint in the caller's. `durable=False`
+        (renewals): the database may forget the last moments of them in a crash (PostgreSQL does)."""
+        with transaction.atomic(using=self.alias):
+            yield
+
+    @abc.abstractmethod
+    def add_rows(
+        self, conn: BaseDatabaseWrapper, items: Sequence[NewItem], now: datetime, now_us: int
+    ) -> builtins.list[QueueItem]:
+        """Insert the items, their recipients and messages; the items as stored."""
+
+    @abc.abstractmethod
+    def claim(self, lane: str | None, owner: str, now_us: int, expires_us: int, limit: int) -> list[ItemRow]:
+        """Lease up to `limit` due items of `lane` (any when None), earliest due first; their rows after."""
+
+    @abc.abstractmethod
+    def read(self, item_ids: Sequence[uuid.UUID]) -> list[ItemRow]:
+        """The items' rows, without a lock."""
+
+    @abc.abstractmethod
+    def lock(self, item_ids: Sequence[uuid.UUID]) -> list[ItemRow]:
+        """Lock the items' rows for the rest of the transaction, and read them."""
+
+    @abc.abstractmethod
+    def recipients(self, seqs: Sequence[int]) -> dict[int, list[RecipientRow]]:
+        """The recipients' rows of the items by `seq`, in order; every seq asked is a key."""
+
+    @abc.abstractmethod
+    def write_back(self, items: Sequence[tuple[Any, ...]], recipients: Sequence[tuple[Any, ...]]) -> None:
+        """`items`: ITEM_WRITTEN values then `seq`, their leases let go; `recipients`: RECIPIENT_WRITTEN then `id`."""
+
+    @abc.abstractmethod
+    def drop(self, seqs: Sequence[int]) -> None:
+        """Delete the items with their recipients and messages."""
+
+    @abc.abstractmethod
+    def read_messages(self, item_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, bytes]:
+        """The messages of the items that have one."""
+
+    async def await_added(self, timeout: float) -> bool:
+        """Wait up to `timeout` seconds for an add; True if one came. This one sleeps: the worker polls."""
+        await asyncio.sleep(timeout)
+        return False
+
+    async def aclose(self) -> None:
+        """Let go of what the waits hold (a listening connection)."""
+        return None
+
+
+class HandWritten:
+    """The part the SQLite and PostgreSQL dialects share of their hand-written worker statements: the
+    claim in one `UPDATE … RETURNING` and the write-back, each a statement of `sql/<name>/`."""
+
+    name: ClassVar[str]
+
+    @abc.abstractmethod
+    def cursor(self) -> AbstractContextManager[CursorWrapper]:
+        """A cursor on the calling thread's connection for the dialect's statements."""
+
+    def item_row(self, row: tuple[Any, ...]) -> ItemRow:
+        """An item's row as the driver returns it, as ITEM_FIELDS describe it."""
+        return row
+
+    def claim(self, lane: str | None, owner: str, now_us: int, expires_us: int, limit: int) -> list[ItemRow]:
+        lane_sql, lane_params = (statement(self.name, "claim_lane"), [lane]) if lane is not None else ("", [])
+        with self.cursor() as cursor:
+            cursor.execute(
+                statement(self.name, "claim").replace("{lane}", lane_sql),
+                [owner, expires_us, now_us, now_us, *lane_params, limit],
+            )
+            return [self.item_row(row) for row in cursor.fetchall()]
+
+    def write_back(self, items: Sequence[tuple[Any, ...]], recipients: Sequence[tuple[Any, ...]]) -> None:
+        with self.cursor() as cursor:
+            if recipients:
+                cursor.executemany(statement(self.name, "write_recipient"), list(recipients))
+            if items:
+                cursor.executemany(statement(self.name, "write_item"), list(items))

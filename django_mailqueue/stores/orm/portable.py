@@ -1,0 +1,149 @@
+"""The portable dialect: every statement made by Django's ORM, for any database Django supports
+(MySQL, MariaDB, Oracle, …); the SQLite and PostgreSQL dialects take from it what they do not write by hand."""
+
+from __future__ import annotations
+
+import builtins
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from django.db import models
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models import F, Q
+
+from ...core.clock import to_micros
+from ...core.items import NewItem, QueueItem, address_domain
+from ...models import QueuedItem, QueuedMessage, QueuedRecipient
+from .base import Dialect
+from .rows import ITEM_FIELDS, ITEM_WRITTEN, RECIPIENT_FIELDS, RECIPIENT_WRITTEN, ItemRow, RecipientRow, as_added
+
+
+def due(alias: str, lane: str | None, now_us: int) -> models.QuerySet[QueuedItem]:
+    """Items due at `now_us` and not leased (their lease expired, or none), of `lane` when given."""
+    items = (
+        QueuedItem.objects.using(alias)
+        .filter(next_attempt__lte=now_us)
+        .filter(Q(lease_expires__isnull=True) | Q(lease_expires__lte=now_us))
+    )
+    return items.filter(queue=lane) if lane is not None else items
+
+
+def orm_recipients(alias: str, seqs: Sequence[int]) -> dict[int, list[RecipientRow]]:
+    """The recipients' rows of the items by `seq`, in order, through the ORM."""
+    found: dict[int, list[RecipientRow]] = {seq: [] for seq in seqs}
+    if seqs:
+        rows = (
+            QueuedRecipient.objects.using(alias)
+            .filter(item_id__in=list(seqs))
+            .order_by("item_id", "position")
+            .values_list(*RECIPIENT_FIELDS)
+        )
+        for row in rows:
+            found[row[0]].append(row)
+    return found
+
+
+class PortableDialect(Dialect):
+    """The statements through the ORM. The claim takes rows with `select_for_update(skip_locked=True)`
+    where the database has it, so concurrent claimers need row locks (SQLite's one writer lacks them)."""
+
+    name = "portable"
+
+    def add_rows(
+        self, conn: BaseDatabaseWrapper, items: Sequence[NewItem], now: datetime, now_us: int
+    ) -> builtins.list[QueueItem]:
+        added = [as_added(new, now, now_us) for new in items]
+        rows = [
+            QueuedItem(
+                id=item.id,
+                sender=item.sender,
+                size=item.size,
+                created=now_us,
+                next_attempt=to_micros(item.next_attempt),
+                queue=item.queue,
+                message_id=item.message_id,
+                subject=item.subject,
+            )
+            for item in added
+        ]
+        created = QueuedItem.objects.using(self.alias).bulk_create(rows)
+        if any(row.seq is None for row in created):  # a database that cannot return the keys of an insert
+            by_id = dict(
+                QueuedItem.objects.using(self.alias).filter(id__in=[r.id for r in rows]).values_list("id", "seq")
+            )
+            for row in created:
+                row.seq = by_id[row.id]
+        QueuedRecipient.objects.using(self.alias).bulk_create(
+            [
+                QueuedRecipient(item_id=row.seq, position=i, address=address, domain=address_domain(address))
+                for row, new in zip(created, items, strict=True)
+                for i, address in enumerate(new.recipients)
+            ]
+        )
+        QueuedMessage.objects.using(self.alias).bulk_create(
+            [QueuedMessage(item_id=row.seq, data=bytes(new.message)) for row, new in zip(created, items, strict=True)]
+        )
+        return added
+
+    def claim(self, lane: str | None, owner: str, now_us: int, expires_us: int, limit: int) -> list[ItemRow]:
+        items = QueuedItem.objects.using(self.alias)
+        taken = list(
+            due(self.alias, lane, now_us)
+            .order_by("next_attempt", "seq")
+            .select_for_update(skip_locked=True)
+            .values_list("seq", flat=True)[:limit]
+        )
+        if not taken:
+            return []
+        items.filter(seq__in=taken).update(
+            owner=owner,
+            lease_expires=expires_us,
+            revision=F("revision") + 1,
+            reclaims=models.Case(models.When(owner__isnull=False, then=F("reclaims") + 1), default=F("reclaims")),
+        )
+        return list(items.filter(seq__in=taken).values_list(*ITEM_FIELDS))
+
+    def read(self, item_ids: Sequence[uuid.UUID]) -> list[ItemRow]:
+        return list(self._items(item_ids).values_list(*ITEM_FIELDS))
+
+    def lock(self, item_ids: Sequence[uuid.UUID]) -> list[ItemRow]:
+        return list(self._items(item_ids).select_for_update().values_list(*ITEM_FIELDS))
+
+    def _items(self, item_ids: Sequence[uuid.UUID]) -> models.QuerySet[QueuedItem]:
+        return QueuedItem.objects.using(self.alias).filter(id__in=list(item_ids)).order_by("seq")
+
+    def recipients(self, seqs: Sequence[int]) -> dict[int, list[RecipientRow]]:
+        return orm_recipients(self.alias, seqs)
+
+    def write_back(self, items: Sequence[tuple[Any, ...]], recipients: Sequence[tuple[Any, ...]]) -> None:
+        if recipients:
+            QueuedRecipient.objects.using(self.alias).bulk_update(
+                [QueuedRecipient(id=r[-1], **dict(zip(RECIPIENT_WRITTEN, r, strict=False))) for r in recipients],
+                list(RECIPIENT_WRITTEN),
+            )
+        if items:
+            QueuedItem.objects.using(self.alias).bulk_update(
+                [
+                    QueuedItem(
+                        seq=i[-1],
+                        owner=None,
+                        lease_expires=None,
+                        reclaims=0,
+                        **dict(zip(ITEM_WRITTEN, i, strict=False)),
+                    )
+                    for i in items
+                ],
+                [*ITEM_WRITTEN, "owner", "lease_expires", "reclaims"],
+            )
+
+    def drop(self, seqs: Sequence[int]) -> None:
+        # Django deletes the recipients and the message with the item (on_delete=CASCADE).
+        QueuedItem.objects.using(self.alias).filter(seq__in=seqs).delete()
+
+    def read_messages(self, item_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, bytes]:
+        rows = (
+            QueuedMessage.objects.using(self.alias).filter(item__id__in=list(item_ids)).values_list("item__id", "data")
+        )
+        return {item_id: bytes(data) for item_id, data in rows}

@@ -1,0 +1,213 @@
+"""The PostgreSQL dialect: the statements written by hand (`sql/postgresql/`), each list one array parameter
+and every parameter in binary; transactions at READ COMMITTED; wake-ups by LISTEN/NOTIFY."""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import uuid
+import weakref
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.backends.utils import CursorWrapper
+
+from ...core.clock import to_micros
+from ...core.items import NewItem, QueueItem, address_domain
+from ..base import READ_CHUNK
+from .base import HandWritten
+from .pg_binding import binary_cursor
+from .pg_listen import PgListener
+from .portable import PortableDialect
+from .rows import ItemRow, RecipientRow, added_values, as_added
+from .statements import statement, with_rows
+from .threads import DatabaseThreads
+
+#: The channel an add notifies, so idle workers wake at once.
+NOTIFY_CHANNEL = "django_mailqueue"
+#: Items added in one statement.
+ADD_CHUNK = 500
+
+#: psycopg 3 connections known to run their transactions at READ COMMITTED anyway.
+_READ_COMMITTED_CONNECTIONS: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+
+
+class PostgresDialect(HandWritten, PortableDialect):
+    """Every transaction the store runs itself starts with `SET TRANSACTION ISOLATION LEVEL READ
+    COMMITTED`, whatever the sessions default to (spared where the connection is known to start there);
+    the claim takes rows with `SELECT … FOR UPDATE SKIP LOCKED`; an add of up to 500 items is one
+    statement, which notifies idle workers."""
+
+    name = "postgresql"
+    wakes = True
+    one_statement_add = ADD_CHUNK
+
+    def __init__(self, alias: str, threads: DatabaseThreads) -> None:
+        super().__init__(alias, threads)
+        self._listener: PgListener | None = None
+
+    def cursor(self) -> AbstractContextManager[CursorWrapper]:
+        return binary_cursor(self.connection)
+
+    @contextlib.contextmanager
+    def atomic(self, conn: BaseDatabaseWrapper, *, durable: bool) -> Iterator[None]:
+        """`durable=False` (renewals): the commit does not wait for the WAL flush. A server crash may then
+        forget the last fraction of a second of renewals — the lease ends at its earlier expiry — but never
+        an add, a claim or an outcome (docs/stores.md, "The dialects")."""
+        own = not conn.in_atomic_block
+        set_level = own and not (durable and _read_committed_already(conn))
+        with transaction.atomic(using=self.alias):
+            if set_level:
+                with conn.cursor() as cursor:
+                    cursor.execute(statement(self.name, "read_committed" if durable else "read_committed_lease"))
+            yield
+
+    def add_rows(
+        self, conn: BaseDatabaseWrapper, items: Sequence[NewItem], now: datetime, now_us: int
+    ) -> builtins.list[QueueItem]:
+        """One statement per 500 items (one round trip): atomic by itself in autocommit."""
+        added: builtins.list[QueueItem] = []
+        for start in range(0, len(items), ADD_CHUNK):
+            added.extend(self._insert(conn, items[start : start + ADD_CHUNK], now, now_us))
+        return added
+
+    def _insert(
+        self, conn: BaseDatabaseWrapper, items: Sequence[NewItem], now: datetime, now_us: int
+    ) -> builtins.list[QueueItem]:
+        result = [as_added(new, now, now_us) for new in items]
+        if len(items) == 1:
+            # One item (every send_mail()): plain parameters, twice the rate of the general statement.
+            (new,), (item,) = items, result
+            params = added_values(item, now_us)
+            for position, address in enumerate(new.recipients):
+                params += [position, address, address_domain(address)]
+            params += [bytes(new.message), NOTIFY_CHANNEL]
+            sql = with_rows(self.name, "add_one", len(new.recipients))
+        else:
+            # Columns as arrays: the statement's text is the same for every batch (parsed once by psycopg).
+            r_ids: builtins.list[uuid.UUID] = []
+            r_positions: builtins.list[int] = []
+            r_addresses: builtins.list[str] = []
+            r_domains: builtins.list[str] = []
+            for new in items:
+                for position, address in enumerate(new.recipients):
+                    r_ids.append(new.id)
+                    r_positions.append(position)
+                    r_addresses.append(address)
+                    r_domains.append(address_domain(address))
+            ids = [new.id for new in items]
+            params = [
+                now_us,
+                ids,
+                [new.sender for new in items],
+                [item.size for item in result],
+                [to_micros(item.next_attempt) for item in result],
+                [new.queue for new in items],
+                [item.message_id for item in result],
+                [item.subject for item in result],
+                r_ids,
+                r_positions,
+                r_addresses,
+                r_domains,
+                ids,
+                [bytes(new.message) for new in items],
+                NOTIFY_CHANNEL,
+            ]
+            sql = statement(self.name, "add")
+        with binary_cursor(conn) as cursor:
+            cursor.execute(sql, params)
+        return result
+
+    def read(self, item_ids: Sequence[uuid.UUID]) -> list[ItemRow]:
+        return self._item_rows("read", item_ids)
+
+    def lock(self, item_ids: Sequence[uuid.UUID]) -> list[ItemRow]:
+        return self._item_rows("lock", item_ids)
+
+    def _item_rows(self, name: str, item_ids: Sequence[uuid.UUID]) -> list[ItemRow]:
+        with self.cursor() as cursor:
+            cursor.execute(statement(self.name, name), [list(item_ids)])
+            return list(cursor.fetchall())
+
+    def recipients(self, seqs: Sequence[int]) -> dict[int, list[RecipientRow]]:
+        found: dict[int, list[RecipientRow]] = {seq: [] for seq in seqs}
+        if seqs:
+            with self.cursor() as cursor:
+                cursor.execute(statement(self.name, "recipients"), [list(seqs)])
+                for row in cursor.fetchall():
+                    found[row[0]].append(row)
+        return found
+
+    def drop(self, seqs: Sequence[int]) -> None:
+        with self.cursor() as cursor:
+            cursor.execute(statement(self.name, "drop"), [list(seqs)] * 3)
+
+    def read_messages(self, item_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, bytes]:
+        """The messages in binary format. Django's cursor asks for text, in which a bytea comes
+        as hex — twice the message's size held by libpq besides the bytes."""
+        import psycopg
+
+        conn = self.connection
+        found: dict[uuid.UUID, bytes] = {}
+        with conn.wrap_database_errors:
+            conn.ensure_connection()
+            with psycopg.Cursor(conn.connection) as cursor:
+                # Prepared only as the connection's prepare_threshold says (Django's default: never).
+                cursor.execute(statement(self.name, "read_messages"), [READ_CHUNK, list(item_ids)], binary=True)
+                large: builtins.list[tuple[uuid.UUID, int, int]] = []
+                for item_id, seq, size, data in cursor.fetchall():
+                    if data is not None:
+                        found[item_id] = data
+                    else:
+                        large.append((item_id, seq, size))
+                # A large message comes in slices: libpq keeps its input buffer as large as
+                # the largest row it ever read, for as long as the connection lives.
+                for item_id, seq, size in large:
+                    parts = []
+                    for start in range(0, size, READ_CHUNK):
+                        cursor.execute(statement(self.name, "read_slice"), [start + 1, READ_CHUNK, seq], binary=True)
+                        row = cursor.fetchone()
+                        if row is None:
+                            break  # cancelled or finished meanwhile
+                        parts.append(row[0])
+                    else:
+                        found[item_id] = b"".join(parts)
+        return found
+
+    async def await_added(self, timeout: float) -> bool:
+        if self._listener is None:
+            self._listener = PgListener(self.connection.settings_dict, NOTIFY_CHANNEL)
+        return await self._listener.wait(timeout)
+
+    async def aclose(self) -> None:
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            await listener.close()
+
+
+def _read_committed_already(conn: BaseDatabaseWrapper) -> bool:
+    """Whether a transaction on `conn` starts at READ COMMITTED without being told (asked
+    once per connection, outside a transaction), so the SET can be spared."""
+    try:
+        import psycopg
+    except ImportError:  # psycopg2: always SET
+        return False
+    conn.ensure_connection()
+    raw = conn.connection
+    if not isinstance(raw, psycopg.Connection):
+        return False
+    known = _READ_COMMITTED_CONNECTIONS.get(raw)
+    if known is None:
+        if raw.isolation_level is not None:
+            known = raw.isolation_level == psycopg.IsolationLevel.READ_COMMITTED
+        else:
+            with conn.cursor() as cursor:
+                cursor.execute(statement("postgresql", "show_isolation"))
+                row = cursor.fetchone()
+            known = row is not None and row[0] == "read committed"
+        _READ_COMMITTED_CONNECTIONS[raw] = known
+    return known and raw.isolation_level in (None, psycopg.IsolationLevel.READ_COMMITTED)

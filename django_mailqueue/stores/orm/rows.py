@@ -1,0 +1,186 @@
+"""The ORM store's rows as tuples, whatever the dialect: their columns, the item they hold, and the
+outcomes `complete_many` writes back — decided by pure functions of the rows read."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from ...core.clock import from_micros, to_micros
+from ...core.errors import Code, QueueError
+from ...core.items import CompleteRequest, NewItem, QueueItem, Recipient, RecipientState, Reply, apply_completion
+
+#: An item's row, its columns in this order.
+ITEM_FIELDS = (
+    "seq",
+    "id",
+    "sender",
+    "size",
+    "created",
+    "next_attempt",
+    "attempts",
+    "queue",
+    "owner",
+    "lease_expires",
+    "revision",
+    "reclaims",
+    "delay_warned",
+    "message_id",
+    "subject",
+)
+#: A recipient's row, its columns in this order (the item's `seq` first).
+RECIPIENT_FIELDS = ("item_id", "id", "address", "state", "reply_code", "reply_status", "reply_text", "remote_mta")
+#: What an outcome writes back to a recipient's row: these, then the row's `id`.
+RECIPIENT_WRITTEN = ("state", "reply_code", "reply_status", "reply_text", "remote_mta")
+#: What an outcome writes back to a kept item's row: these, then its `seq`; the lease is let go besides.
+ITEM_WRITTEN = ("attempts", "next_attempt", "revision", "delay_warned")
+
+ItemRow = tuple[Any, ...]
+RecipientRow = tuple[Any, ...]
+
+
+def to_item(row: ItemRow, recipients: Sequence[RecipientRow]) -> QueueItem:
+    """The item a row (ITEM_FIELDS) and its recipients' rows (RECIPIENT_FIELDS, by position) hold."""
+    (
+        _seq,
+        item_id,
+        sender,
+        size,
+        created,
+        next_attempt,
+        attempts,
+        queue,
+        owner,
+        lease_expires,
+        revision,
+        reclaims,
+        delay_warned,
+        message_id,
+        subject,
+    ) = row
+    return QueueItem(
+        id=item_id,
+        sender=sender,
+        recipients=tuple(
+            Recipient(
+                address=address,
+                state=RecipientState(state),
+                reply=Reply(code, status, text) if (status or text or code is not None) else None,
+                remote_mta=remote_mta,
+            )
+            for _item, _id, address, state, code, status, text, remote_mta in recipients
+        ),
+        size=size,
+        created=from_micros(created),
+        next_attempt=from_micros(next_attempt),
+        attempts=attempts,
+        queue=queue,
+        owner=owner,
+        lease_expires=from_micros(lease_expires) if lease_expires is not None else None,
+        revision=revision,
+        reclaims=reclaims,
+        delay_warned=delay_warned,
+        message_id=message_id,
+        subject=subject,
+    )
+
+
+@dataclass
+class CompletionPlan:
+    """What `complete_many` answers and writes, decided from the items' rows as they were read."""
+
+    answers: list[QueueItem | None | QueueError] = field(default_factory=list)
+    #: items to drop (every recipient final), by `seq`
+    dropped: list[int] = field(default_factory=list)
+    #: RECIPIENT_WRITTEN then `id`, of each recipient whose row changes
+    changed: list[tuple[Any, ...]] = field(default_factory=list)
+    #: ITEM_WRITTEN then `seq`, of each item kept
+    kept: dict[int, tuple[Any, ...]] = field(default_factory=dict)
+
+
+def plan_completions(
+    requests: Sequence[CompleteRequest], rows: Sequence[ItemRow], recipients: dict[int, list[RecipientRow]]
+) -> CompletionPlan:
+    """The outcome of each request, applied only for the lease's owner at the revision it claimed: the
+    item after it, None for an item gone, LEASE_LOST otherwise. A pure function of the rows read."""
+    plan = CompletionPlan()
+    by_id = {row[1]: row for row in rows}
+    revision = {item_id: row[10] for item_id, row in by_id.items()}
+    for request in requests:
+        row = by_id.get(request.item_id)
+        if row is None:
+            plan.answers.append(None)
+            continue
+        seq, owner = row[0], row[8]
+        if owner != request.owner or revision[request.item_id] != request.revision:
+            plan.answers.append(
+                QueueError(
+                    Code.LEASE_LOST,
+                    f"the lease on {request.item_id} is no longer held by {request.owner}",
+                    item_id=request.item_id,
+                )
+            )
+            continue
+        before = to_item(row, recipients[seq])
+        after = apply_completion(before, request.completion)
+        plan.answers.append(after)
+        revision[request.item_id] = after.revision  # a second request for the same item is stale
+        if after.done:
+            plan.dropped.append(seq)
+            continue
+        for rec_row, old, new in zip(recipients[seq], before.recipients, after.recipients, strict=True):
+            if new != old:
+                plan.changed.append(recipient_written(new, rec_row[1]))
+        plan.kept[seq] = (after.attempts, to_micros(after.next_attempt), after.revision, after.delay_warned, seq)
+    return plan
+
+
+def recipient_written(recipient: Recipient, row_id: int) -> tuple[Any, ...]:
+    """RECIPIENT_WRITTEN for `recipient`, then its row's id."""
+    reply = recipient.reply
+    return (
+        recipient.state.value,
+        reply.code if reply else None,
+        reply.status if reply else "",
+        reply.text if reply else "",
+        recipient.remote_mta,
+        row_id,
+    )
+
+
+def lease_fields(rows: Sequence[ItemRow]) -> set[tuple[Any, ...]]:
+    """(seq, owner, revision) of each row: every write to an item's recipients or counters moves its revision."""
+    return {(row[0], row[8], row[10]) for row in rows}
+
+
+def as_added(new: NewItem, now: datetime, now_us: int) -> QueueItem:
+    """The item as an add stores it: due at `now` unless it has a later `not_before`, texts cut to their columns."""
+    due = new.not_before if new.not_before is not None and new.not_before > now else now
+    return QueueItem(
+        id=new.id,
+        sender=new.sender,
+        recipients=tuple(Recipient(a) for a in new.recipients),
+        size=len(new.message),
+        created=from_micros(now_us),
+        next_attempt=from_micros(to_micros(due)),
+        queue=new.queue,
+        message_id=new.message_id[:998],
+        subject=new.subject[:255],
+    )
+
+
+def added_values(item: QueueItem, now_us: int) -> list[Any]:
+    """An added item's values, in the order the add statements take them: id, sender, size, created,
+    next_attempt, queue, message_id, subject."""
+    return [
+        item.id,
+        item.sender,
+        item.size,
+        now_us,
+        to_micros(item.next_attempt),
+        item.queue,
+        item.message_id,
+        item.subject,
+    ]

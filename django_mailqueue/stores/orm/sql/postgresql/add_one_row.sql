@@ -1,0 +1,2 @@
+-- A recipient of add_one.sql: position, address, domain.
+(%b, %b, %b)

@@ -1,0 +1,2 @@
+-- claim.sql from one queue.
+AND queue = %b

@@ -1,0 +1,2 @@
+-- Changes when another connection (any process) commits to the database.
+PRAGMA data_version

@@ -1,0 +1,153 @@
+"""The SQLite dialect: the worker's statements written by hand (`sql/sqlite/`), one placeholder per value in
+chunks under SQLite's bound; writes that wait for its one write lock; wake-ups from `PRAGMA data_version`."""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import uuid
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from datetime import datetime
+from typing import Any, TypeVar
+
+from django.db import DatabaseError
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.backends.utils import CursorWrapper
+
+from ...core.items import NewItem, QueueItem, address_domain
+from .base import HandWritten
+from .portable import PortableDialect
+from .rows import ItemRow, RecipientRow, added_values, as_added
+from .sqlite_wait import wait_for_lock
+from .statements import statement, with_rows
+from .threads import DatabaseThreads
+
+_T = TypeVar("_T")
+#: SQLite's bound on the parameters of one statement, as Django counts it.
+CHUNK = 900
+#: Items added in one statement (8 parameters each).
+ADD_CHUNK = 500
+#: How often an idle worker looks at `PRAGMA data_version`, in seconds.
+POLL = 0.025
+
+
+class SqliteDialect(HandWritten, PortableDialect):
+    """SQLite serialises its writers: each transaction the store runs itself starts with a write (so it
+    holds the lock from the start) and waits for the lock up to the store's `lock_wait`; the claim is one
+    conditional `UPDATE … RETURNING`; `complete_many` decides outcomes before it takes the lock."""
+
+    name = "sqlite"
+    wakes = True
+    plans_before_lock = True
+
+    def __init__(self, alias: str, threads: DatabaseThreads) -> None:
+        super().__init__(alias, threads)
+        #: adds made through this dialect (any thread): `data_version` ignores the connection's own commits
+        self.adds = 0
+
+    def run_write(self, write: Callable[[], _T], *, lock_wait: float) -> _T:
+        conn = self.connection
+        if conn.in_atomic_block:
+            return write()
+        return wait_for_lock(conn, write, wait=lock_wait)
+
+    def cursor(self) -> AbstractContextManager[CursorWrapper]:
+        return self.connection.cursor()
+
+    def item_row(self, row: tuple[Any, ...]) -> ItemRow:
+        # SQLite keeps a UUID as 32 hex digits and a boolean as 0 or 1.
+        return (row[0], uuid.UUID(hex=row[1]), *row[2:12], bool(row[12]), *row[13:])
+
+    def add_rows(
+        self, conn: BaseDatabaseWrapper, items: Sequence[NewItem], now: datetime, now_us: int
+    ) -> builtins.list[QueueItem]:
+        """Items, recipients and messages in three statements per 500 items, without model instances
+        (the ORM's bulk_create costs more than SQLite's own work here)."""
+        self.adds += 1
+        if not conn.features.can_return_rows_from_bulk_insert:  # SQLite before 3.35: no RETURNING
+            return super().add_rows(conn, items, now, now_us)
+        result: builtins.list[QueueItem] = []
+        with conn.cursor() as cursor:
+            for start in range(0, len(items), ADD_CHUNK):
+                chunk = items[start : start + ADD_CHUNK]
+                params: builtins.list[Any] = []
+                for new in chunk:
+                    item = as_added(new, now, now_us)
+                    values = added_values(item, now_us)
+                    values[0] = new.id.hex  # SQLite keeps a UUID as 32 hex digits
+                    params += values
+                    result.append(item)
+                cursor.execute(with_rows(self.name, "add", len(chunk)), params)
+                seq_of = {uuid.UUID(hex=str(item_id)): seq for item_id, seq in cursor.fetchall()}
+                cursor.executemany(
+                    statement(self.name, "add_recipient"),
+                    [
+                        (seq_of[new.id], position, address, address_domain(address))
+                        for new in chunk
+                        for position, address in enumerate(new.recipients)
+                    ],
+                )
+                cursor.executemany(
+                    statement(self.name, "add_message"), [(seq_of[new.id], bytes(new.message)) for new in chunk]
+                )
+        return result
+
+    def read(self, item_ids: Sequence[uuid.UUID]) -> list[ItemRow]:
+        return self._item_rows("read", [i.hex for i in item_ids])
+
+    def lock(self, item_ids: Sequence[uuid.UUID]) -> list[ItemRow]:
+        return self._item_rows("lock", [i.hex for i in item_ids])
+
+    def _item_rows(self, name: str, ids: list[str]) -> list[ItemRow]:
+        rows: list[ItemRow] = []
+        with self.cursor() as cursor:
+            for chunk in _chunks(ids):
+                cursor.execute(_in(statement(self.name, name), chunk), chunk)
+                rows.extend(self.item_row(row) for row in cursor.fetchall())
+        return rows
+
+    def recipients(self, seqs: Sequence[int]) -> dict[int, list[RecipientRow]]:
+        found: dict[int, list[RecipientRow]] = {seq: [] for seq in seqs}
+        with self.cursor() as cursor:
+            for chunk in _chunks(list(seqs)):
+                cursor.execute(_in(statement(self.name, "recipients"), chunk), chunk)
+                for row in cursor.fetchall():
+                    found[row[0]].append(row)
+        return found
+
+    def drop(self, seqs: Sequence[int]) -> None:
+        with self.cursor() as cursor:
+            for chunk in _chunks(list(seqs)):
+                for sql in statement(self.name, "drop").split(";"):  # one statement at a time, as sqlite3 runs them
+                    cursor.execute(_in(sql, chunk), chunk)
+
+    async def await_added(self, timeout: float) -> bool:
+        """SQLite has no NOTIFY: watch `PRAGMA data_version`, which changes when another
+        connection (any process on the machine) commits, every `POLL` seconds."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        added = self.adds  # adds by this process: data_version ignores a connection's own commits
+        try:
+            start = await self.threads.run(self._data_version)
+            while loop.time() < deadline:
+                await asyncio.sleep(min(POLL, max(0.0, deadline - loop.time())))
+                if self.adds != added or await self.threads.run(self._data_version) != start:
+                    return True
+        except DatabaseError:
+            await asyncio.sleep(max(0.0, deadline - loop.time()))
+        return False
+
+    def _data_version(self) -> int:
+        with self.cursor() as cursor:
+            cursor.execute(statement(self.name, "data_version"))
+            return int(cursor.fetchone()[0])
+
+
+def _chunks(values: list[Any]) -> list[list[Any]]:
+    return [values[start : start + CHUNK] for start in range(0, len(values), CHUNK)]
+
+
+def _in(sql: str, values: Sequence[Any]) -> str:
+    """`sql` with its `{marks}` as one `%s` for each value."""
+    return sql.replace("{marks}", ", ".join(["%s"] * len(values)))

@@ -1,0 +1,34 @@
+"""The hand-written statements of the SQLite and PostgreSQL dialects, loaded from `sql/<dialect>/<name>.sql`."""
+
+from __future__ import annotations
+
+import functools
+from importlib import resources
+
+from ...models import QueuedItem, QueuedMessage, QueuedRecipient
+from .rows import ITEM_FIELDS, RECIPIENT_FIELDS
+
+#: What a statement's file may name in braces, filled in when it is loaded; the other `{…}` parts
+#: (`{rows}`, `{lane}`, `{marks}`) are filled by the dialect for each use.
+NAMES = {
+    "{items}": QueuedItem._meta.db_table,
+    "{recipients}": QueuedRecipient._meta.db_table,
+    "{messages}": QueuedMessage._meta.db_table,
+    "{item_columns}": ", ".join(ITEM_FIELDS),
+    "{recipient_columns}": ", ".join(RECIPIENT_FIELDS),
+}
+
+
+@functools.cache
+def statement(dialect: str, name: str) -> str:
+    """The text of `sql/<dialect>/<name>.sql` on one line: its `--` comment lines cut, the `NAMES` filled in."""
+    text = resources.files(__package__).joinpath("sql", dialect, f"{name}.sql").read_text(encoding="utf-8")
+    sql = " ".join(line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("--"))
+    for placeholder, value in NAMES.items():
+        sql = sql.replace(placeholder, value)
+    return sql
+
+
+def with_rows(dialect: str, name: str, rows: int) -> str:
+    """`name`'s statement with its `{rows}` as `rows` copies of the row of `<name>_row.sql`, comma-separated."""
+    return statement(dialect, name).replace("{rows}", ", ".join([statement(dialect, f"{name}_row")] * rows))

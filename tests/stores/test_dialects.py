@@ -1,0 +1,68 @@
+"""The ORM store's dialects: one chosen per database alias by its vendor, and the hand-written
+statements loaded from the package's `.sql` files."""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
+from django_mailqueue.stores.orm import OrmStore
+from django_mailqueue.stores.orm.portable import PortableDialect
+from django_mailqueue.stores.orm.postgresql import PostgresDialect
+from django_mailqueue.stores.orm.sqlite import SqliteDialect
+from django_mailqueue.stores.orm.statements import statement
+from django_mailqueue.stores.orm.store import dialect_for
+from tests.support.databases import DATABASES
+
+SQL = resources.files("django_mailqueue.stores.orm").joinpath("sql")
+#: The parts a dialect fills in at each use; every other `{…}` must be filled in when the file is loaded.
+FILLED_AT_USE = {"{rows}", "{lane}", "{marks}"}
+
+
+def statement_files() -> list[tuple[str, str]]:
+    return sorted(
+        (dialect.name, path.name.removesuffix(".sql"))
+        for dialect in SQL.iterdir()
+        if dialect.is_dir()
+        for path in dialect.iterdir()
+        if path.name.endswith(".sql")
+    )
+
+
+def test_a_database_speaks_the_dialect_of_its_vendor() -> None:
+    assert dialect_for("sqlite") is SqliteDialect
+    assert dialect_for("postgresql") is PostgresDialect
+    for other in ("mysql", "oracle", "microsoft"):
+        assert dialect_for(other) is PortableDialect
+    assert type(OrmStore({"database": "default"}).dialect) is SqliteDialect
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(databases=DATABASES)
+def test_a_postgresql_alias_speaks_postgresql(pg_alias: str) -> None:
+    assert type(OrmStore({"database": pg_alias}).dialect) is PostgresDialect
+
+
+def test_a_subclass_may_name_the_dialect_for_every_database() -> None:
+    class Portable(OrmStore):
+        dialect_class = PortableDialect
+
+    store = Portable({"database": "default"})
+    assert type(store.dialect) is PortableDialect and not store.supports_wakeup
+
+
+@pytest.mark.parametrize(("dialect", "name"), statement_files())
+def test_every_statement_file_loads_with_only_the_parts_filled_at_use_left(dialect: str, name: str) -> None:
+    sql = statement(dialect, name)
+    assert sql and "--" not in sql and "\n" not in sql
+    assert set(re.findall(r"\{[a-z_]+\}", sql)) <= FILLED_AT_USE
+
+
+@pytest.mark.parametrize(("dialect", "name"), statement_files())
+def test_every_statement_file_is_used_by_its_dialect(dialect: str, name: str) -> None:
+    source = (Path(str(SQL)).parent / f"{dialect}.py").read_text() + (Path(str(SQL)).parent / "base.py").read_text()
+    used = name.removesuffix("_row") if name.endswith("_row") else name
+    assert f'"{used}"' in source, f"sql/{dialect}/{name}.sql is not loaded by {dialect}.py"
