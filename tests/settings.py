@@ -81,6 +81,24 @@ if PG_AVAILABLE:
         "TEST": {"MIRROR": "pg"},
     }
 
+# MariaDB or MySQL, only when asked for (mysql://user:password@host:port/db) and mysqlclient is installed:
+# the ORM store's portable dialect on a database it is the dialect of (tests/stores/test_contract.py).
+MYSQL_URL = os.environ.get("MAILQUEUE_TEST_MYSQL", "")
+if MYSQL_URL:
+    from urllib.parse import urlsplit
+
+    _my = urlsplit(MYSQL_URL)
+    DATABASES["mysql"] = {
+        "ENGINE": "django.db.backends.mysql",
+        "NAME": (_my.path or "/test").lstrip("/"),
+        "USER": _my.username or "root",
+        "PASSWORD": _my.password or "",
+        "HOST": _my.hostname or "127.0.0.1",
+        "PORT": str(_my.port or 3306),
+        "OPTIONS": {"charset": "utf8mb4"},
+        "TEST": {"NAME": os.environ.get("MAILQUEUE_TEST_MYSQL_DBNAME", "test_mailqueue")},
+    }
+
 REDIS_URL = os.environ.get("MAILQUEUE_TEST_REDIS", "redis://127.0.0.1:6379/9")
 
 EMAIL_BACKEND = "django_mailqueue.backends.QueueEmailBackend"

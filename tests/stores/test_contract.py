@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.conf import settings
 
 from django_mailqueue.core.items import Completion, RecipientState
 from django_mailqueue.models import QueuedItem, QueuedMessage, QueuedRecipient
@@ -142,3 +143,18 @@ class TestOrmStorePortablePostgres(TestOrmStorePostgres):
     """The portable dialect (select_for_update with skip_locked) on PostgreSQL."""
 
     store_class = PortableOrmStore
+
+
+@pytest.mark.skipif("mysql" not in settings.DATABASES, reason="MAILQUEUE_TEST_MYSQL names no MariaDB or MySQL")
+@pytest.mark.django_db(transaction=True, databases=["default", "mysql"])
+class TestOrmStoreMysql(ItemRowsLeaveTogether, QueueStoreContract):
+    """The portable dialect on MariaDB or MySQL, the databases it is for (run when MAILQUEUE_TEST_MYSQL is set)."""
+
+    @pytest.fixture
+    def make_store(self) -> StoreFactory:
+        def make(max_items: int | None = None) -> QueueStore:
+            store = OrmStore({"database": "mysql"}, max_items=max_items)
+            assert isinstance(store.dialect, PortableDialect)
+            return store
+
+        return make

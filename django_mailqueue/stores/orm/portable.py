@@ -97,11 +97,12 @@ class PortableDialect(Dialect):
         )
         if not taken:
             return []
+        # reclaims first: MySQL and MariaDB assign left to right, each expression seeing the columns set before it.
         items.filter(seq__in=taken).update(
+            reclaims=models.Case(models.When(owner__isnull=False, then=F("reclaims") + 1), default=F("reclaims")),
+            revision=F("revision") + 1,
             owner=owner,
             lease_expires=expires_us,
-            revision=F("revision") + 1,
-            reclaims=models.Case(models.When(owner__isnull=False, then=F("reclaims") + 1), default=F("reclaims")),
         )
         return list(items.filter(seq__in=taken).values_list(*ITEM_FIELDS))
 

@@ -73,6 +73,7 @@ class OrmStore(QueueStore):
         self._threads = DatabaseThreads(int(self.options.get("threads", 4)), "mailqueue-orm")
         #: SQLite: how long a write the store runs in a transaction of its own waits for the write lock, in all
         self.lock_wait = float(self.options.get("lock_wait", 30))
+        self._lock_row_made = False
         kind = self.dialect_class or dialect_for(connections[self.alias].vendor)
         self.dialect: Dialect = kind(self.alias, self._threads)
 
@@ -152,10 +153,20 @@ class OrmStore(QueueStore):
 
     @_own_write
     def _add(self, items: Sequence[NewItem], now: datetime, now_us: int) -> builtins.list[QueueItem]:
+        if self.max_items is not None and not self._lock_row_made:
+            self._make_lock_row()
         with self._write(join=True) as conn:
             if self.max_items is not None:
                 self._check_room(len(items))
             return self.dialect.add_rows(conn, items, now, now_us)
+
+    def _make_lock_row(self) -> None:
+        """The lock row `_check_room` counts under, made in a transaction of its own before the first bounded
+        add: on MySQL and MariaDB, adders making it inside their add transactions deadlock on the shared
+        locks their duplicate inserts take."""
+        with self._write():
+            QueueLock.objects.using(self.alias).bulk_create([QueueLock(name=_ADD_LOCK)], ignore_conflicts=True)
+        self._lock_row_made = True
 
     def _check_room(self, adding: int) -> None:
         """Count under a lock row, so concurrent adders never pass `max_items` together."""
