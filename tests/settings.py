@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from urllib.parse import urlsplit
 
 from tests.support.services import postgres_reachable
 
@@ -56,20 +57,24 @@ DATABASES: dict[str, dict[str, object]] = {
     },
 }
 
+
+def database_from_url(url: str, engine: str, user: str, port: int) -> dict[str, object]:
+    """A `DATABASES` entry for `url` (scheme://user:password@host:port/name), with these defaults."""
+    parts = urlsplit(url)
+    return {
+        "ENGINE": engine,
+        "NAME": (parts.path or "/test").lstrip("/"),
+        "USER": parts.username or user,
+        "PASSWORD": parts.password or "",
+        "HOST": parts.hostname or "127.0.0.1",
+        "PORT": str(parts.port or port),
+    }
+
+
 PG_URL = os.environ.get("MAILQUEUE_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
 PG_AVAILABLE, PG_REASON = postgres_reachable(PG_URL)
 if PG_AVAILABLE:
-    from urllib.parse import urlsplit
-
-    _pg = urlsplit(PG_URL)
-    _pg_settings = {
-        "ENGINE": "django.db.backends.postgresql",
-        "NAME": (_pg.path or "/test").lstrip("/"),
-        "USER": _pg.username or "postgres",
-        "PASSWORD": _pg.password or "",
-        "HOST": _pg.hostname or "127.0.0.1",
-        "PORT": str(_pg.port or 5432),
-    }
+    _pg_settings = database_from_url(PG_URL, "django.db.backends.postgresql", "postgres", 5432)
     PG_TEST_NAME = os.environ.get("MAILQUEUE_TEST_PG_DBNAME", "test_mailqueue")
     DATABASES["pg"] = {**_pg_settings, "TEST": {"NAME": PG_TEST_NAME}}
     # The same database, every statement that can be prepared prepared on its first run.
@@ -85,16 +90,8 @@ if PG_AVAILABLE:
 # the ORM store's portable dialect on a database it is the dialect of (tests/stores/test_contract.py).
 MYSQL_URL = os.environ.get("MAILQUEUE_TEST_MYSQL", "")
 if MYSQL_URL:
-    from urllib.parse import urlsplit
-
-    _my = urlsplit(MYSQL_URL)
     DATABASES["mysql"] = {
-        "ENGINE": "django.db.backends.mysql",
-        "NAME": (_my.path or "/test").lstrip("/"),
-        "USER": _my.username or "root",
-        "PASSWORD": _my.password or "",
-        "HOST": _my.hostname or "127.0.0.1",
-        "PORT": str(_my.port or 3306),
+        **database_from_url(MYSQL_URL, "django.db.backends.mysql", "root", 3306),
         "OPTIONS": {"charset": "utf8mb4"},
         "TEST": {"NAME": os.environ.get("MAILQUEUE_TEST_MYSQL_DBNAME", "test_mailqueue")},
     }
