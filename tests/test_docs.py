@@ -161,3 +161,39 @@ def test_the_docs_index_lists_every_page() -> None:
     linked = {Path(unquote(urlsplit(t).path)).name for t in relative_links(index)}
     pages = {p.name for p in DOCS.glob("*.md")} - {"README.md"}
     assert not pages - linked, f"docs/README.md does not link to {sorted(pages - linked)}"
+
+
+# --- the architecture page --------------------------------------------------------------
+
+ARCHITECTURE_PAGE = DOCS / "architecture.md"
+PACKAGE = ROOT / "django_mailqueue"
+_PATH = re.compile(r"`([\w/]+\.py|[\w/]+/)`")
+
+
+def module_map(text: str) -> list[str]:
+    """The paths the module map names, relative to the package."""
+    return [unquote_code(row[0]) for row in markdown_table(text, ["module", "its job"])]
+
+
+def named_paths(text: str) -> list[str]:
+    """Every `path.py` or `folder/` the page names in code spans, the map included."""
+    return _PATH.findall(_FENCE.sub("", text))
+
+
+def test_every_module_the_architecture_page_names_exists() -> None:
+    text = ARCHITECTURE_PAGE.read_text()
+    assert len(module_map(text)) > 40
+    missing = [
+        p for p in [*module_map(text), *named_paths(text)] if not (PACKAGE / p).exists() and not (ROOT / p).exists()
+    ]
+    assert not missing, (
+        f"docs/architecture.md names modules that do not exist (update the page): {sorted(set(missing))}"
+    )
+
+
+def test_the_architecture_check_sees_a_module_that_is_gone() -> None:
+    """The check above can fail: a renamed module in the map, or in the text, is seen."""
+    text = ARCHITECTURE_PAGE.read_text().replace("`delivery/smtp.py`", "`delivery/gone.py`")
+    assert "delivery/gone.py" in module_map(text)
+    assert "delivery/gone.py" in named_paths(text)
+    assert not (PACKAGE / "delivery/gone.py").exists()
