@@ -2,7 +2,9 @@
 
 Ours: `manage.py mailqueue_work --once` (K of them started together);
 django-mailer: `manage.py send_mail`; post-office: `manage.py send_queued_mail`
-(`--processes 1` and `--processes 2`). The queue is filled before the clock
+(`--processes 1` and `--processes 2`). `deliver.1.dkim-rsa` and
+`deliver.1.dkim-ed25519`: ours, one process, the same mail DKIM-signed
+(RSA-2048, Ed25519) by the worker. The queue is filled before the clock
 starts (a copy of a filled template database). The rate is N / wall time from
 starting the processes until the last one exits, process start-up included
 (reported apart as `startup`). A run counts only if smtp-sink received all N
@@ -20,6 +22,8 @@ from .context import ALL, LOGS, MAILER_PG, MAILER_SQLITE, OURS, PO_PG, PO_SQLITE
 from .measure_raw import aiosmtplib_rate
 
 MIB = 1024 * 1024
+#: measure -> the DKIM algorithm ours signs with in it
+DKIM_MEASURES = {"deliver.1.dkim-rsa": "rsa-sha256", "deliver.1.dkim-ed25519": "ed25519-sha256"}
 
 
 def commands(ctx: Context, cfg: Config, processes: int) -> list[list[str]]:
@@ -37,7 +41,21 @@ def plans(ctx: Context) -> list[tuple[str, Config, int]]:
         out.append(("deliver.2", cfg, 2))
         out.append(("deliver.4", cfg, 4))
     out += [("deliver.2", cfg, 2) for cfg in ctx.available([PO_SQLITE, PO_PG])]
+    out += [(measure, cfg, 1) for measure in DKIM_MEASURES for cfg in ctx.available(OURS)]
     return out
+
+
+def dkim_env(ctx: Context, measure: str) -> dict[str, str]:
+    """BENCH_DKIM_*: a key of the measure's algorithm, written once under the bench's work directory."""
+    if measure not in DKIM_MEASURES:
+        return {}
+    from django_mailqueue.management.commands.mailqueue_dkim_keygen import generate_pem
+
+    algorithm = DKIM_MEASURES[measure]
+    path = ctx.runs / f"dkim-{algorithm}.pem"
+    if not path.exists():
+        path.write_bytes(generate_pem(algorithm))
+    return {"BENCH_DKIM_KEY": str(path), "BENCH_DKIM_ALGORITHM": algorithm}
 
 
 def startup(ctx: Context) -> None:
@@ -67,6 +85,7 @@ def deliver_once(
     unit = "msg/s"
     name = f"{measure}-{cfg.key}-r{rep + 1}"
     extra = {"BENCH_CONCURRENCY": str(concurrency)} if concurrency else {}
+    extra.update(dkim_env(ctx, measure))
     with ctx.fresh(cfg, "filled", count=count, size=size) as db:
         before = ctx.servers.sink.counters()
         group = procs.measure(
@@ -102,7 +121,7 @@ def deliver_once(
 
 def run(ctx: Context) -> None:
     n, size = ctx.args.n, ctx.args.size
-    for measure in ("deliver.1", "deliver.2", "deliver.4", "rss.deliver"):
+    for measure in ("deliver.1", "deliver.2", "deliver.4", "rss.deliver", *DKIM_MEASURES):
         ctx.mark_redis(measure, "MiB" if measure.startswith("rss") else "msg/s")
     for cfg in (MAILER_SQLITE, MAILER_PG):
         for measure in ("deliver.2", "deliver.4"):

@@ -26,3 +26,12 @@ MAILQUEUE: dict[str, object] = {
 }
 if os.environ.get("BENCH_CONCURRENCY"):
     MAILQUEUE["CONCURRENCY"] = int(os.environ["BENCH_CONCURRENCY"])
+# `deliver.1.dkim-*`: the same mail signed (bench/measure_delivery.py writes the key)
+if os.environ.get("BENCH_DKIM_KEY"):
+    MAILQUEUE["DKIM"] = {
+        "bench.example": {
+            "SELECTOR": "bench",
+            "PRIVATE_KEY": os.environ["BENCH_DKIM_KEY"],
+            "ALGORITHM": os.environ.get("BENCH_DKIM_ALGORITHM", "rsa-sha256"),
+        }
+    }
