@@ -125,6 +125,11 @@ class Session:
             self.report.errors.append(error)
         logger.info("%s", error.message)
 
+    def relay_error(self, message: str) -> None:
+        """An `operator_error` for a relay; under "verify" (MTA-STS) the `Deliverer` reports it, naming the policy."""
+        if self.target.tls != "verify":
+            self.operator_error(message)
+
     def skip_host(self, reply: Reply) -> bool:
         """Give up on this address before any transaction: the caller tries the next one."""
         self.report.next_host = reply
@@ -203,7 +208,7 @@ class Session:
                 self.close()
                 if not await self.open(implicit=False) or not await self.hello():
                     return False
-        elif policy == "starttls" and not await self.starttls_required():
+        elif policy in ("starttls", "verify") and not await self.starttls_required():
             return False
         return self.target.username is None or await self.authenticate()
 
@@ -325,11 +330,11 @@ class Session:
         return "tls"
 
     async def starttls_required(self) -> bool:
-        """STARTTLS on a relay: required, the certificate verified; no TLS, no session."""
+        """STARTTLS on a relay, or an MX host under MTA-STS ("verify"): required, verified; no TLS, no session."""
         label = self.target.label
         if not self.offers("starttls"):
             reply = self.own(replies.TLS_NOT_OFFERED, f"TLS is required, but was not offered by {label}")
-            self.operator_error(
+            self.relay_error(
                 f"relay {label} does not offer STARTTLS, which the route requires "
                 '(TLS "starttls"); nothing was sent, no credentials either'
             )
@@ -342,11 +347,11 @@ class Session:
                 reply = self.own(replies.TLS_FAILED, f"TLS is required, but {label} refused to start TLS: {text}")
             else:
                 reply = self.failure(exc)
-            self.operator_error(f"relay {label}: STARTTLS failed: {reply.text}")
+            self.relay_error(f"relay {label}: STARTTLS failed: {reply.text}")
             return self.skip_host(reply)
         except Exception as exc:  # the handshake, the certificate, or the first exchange under TLS
             reply = self.own(replies.TLS_FAILED, f"TLS handshake with {label} failed: {self.failure(exc).text}")
-            self.operator_error(f"relay {label}: TLS handshake failed: {reply.text}")
+            self.relay_error(f"relay {label}: TLS handshake failed: {reply.text}")
             return self.skip_host(reply)
         return True
 
