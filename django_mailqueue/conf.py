@@ -89,6 +89,8 @@ class QueueSettings:
     max_bytes_in_flight: int = 100 * 1024 * 1024
     #: From domain (lowercase A-label, or "*") -> its DKIM entry; empty: no signing
     dkim: Mapping[str, DkimEntry] = field(default_factory=dict)
+    #: honour recipient domains' MTA-STS policies (RFC 8461) on "mx" routes
+    mta_sts: bool = True
 
     def __post_init__(self) -> None:
         if "*" not in self.routes:
@@ -371,6 +373,14 @@ KEYS: tuple[SettingKey, ...] = (
         {},
         parse_dkim,
         'From domain (or "*" with DOMAIN) -> SELECTOR, PRIVATE_KEY, ALGORITHM, HEADERS: the worker signs with it',
+    ),
+    SettingKey(
+        "MTA_STS",
+        "mta_sts",
+        "mailqueue.E024",
+        True,
+        rules.boolean,
+        "honour recipient domains' MTA-STS policies (RFC 8461) on 'mx' routes; False: off",
     ),
 )
 KEYS_BY_NAME = {k.name: k for k in KEYS}

@@ -62,6 +62,7 @@ BAD_VALUES: dict[str, list[Any]] = {
     "HISTORY_DAYS": [-1, 2.5],
     "MAX_BYTES_IN_FLIGHT": [0, 1000, 2.5e6, "big"],
     "DKIM": [[], {"example.com": {"SELECTOR": "mq1"}}, {"*": {"SELECTOR": "mq1", "PRIVATE_KEY": "/k.pem"}}],
+    "MTA_STS": ["enforce", 1, None],
 }
 
 

@@ -20,6 +20,7 @@ class Code(StrEnum):
     DSN_FAILED = "DSN_FAILED"
     INTERNAL = "INTERNAL"
     REPLY_LOST = "REPLY_LOST"
+    TLS_POLICY = "TLS_POLICY"
 
 
 #: Every code a `QueueError` may carry, with what it means.
@@ -34,6 +35,7 @@ CODES: dict[Code, str] = {
     Code.DSN_FAILED: "a delivery status notification could not be queued",
     Code.INTERNAL: "a bug: an attempt failed unexpectedly; the traceback is in the log",
     Code.REPLY_LOST: "the reply after the final '.' was lost: the message may have been delivered, and is tried again",
+    Code.TLS_POLICY: "a recipient domain's MTA-STS policy was not met (enforce: deferred 4.7.5; testing: sent anyway)",
 }
 
 #: The codes that blame the caller's input: their errors are `QueueInputError`s, so also `ValueError`s.

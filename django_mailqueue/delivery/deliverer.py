@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import ssl
 from collections.abc import Sequence
@@ -18,9 +19,10 @@ from ..core.masking import SecretMask
 from ..dkim import DkimSigner
 from . import replies
 from .addresses import EnvelopeAddress, parse_address, parse_sender
+from .mta_sts import StsPolicies, StsPolicy
 from .resolver import DnsResolver, MailHost, MxResolver, Resolution, ip_literal
 from .smtp import SmtpTransport
-from .tls import RelayContextFactory, mx_context, relay_context
+from .tls import RelayContextFactory, mx_context, mx_verified_context, relay_context
 from .transport import DestinationError, Envelope, SessionReport, Target, TlsPolicy, Transport
 from .wire import dot_stuff, has_8bit, headers_need_smtputf8, normalize_line_endings
 
@@ -104,6 +106,7 @@ class Deliverer:
         relay_tls_context: RelayContextFactory | None = None,
         max_sessions: int = 20,
         signer: DkimSigner | None = None,
+        mta_sts: StsPolicies | None = None,
     ) -> None:
         self.settings = settings
         self.clock = clock or SystemClock()
@@ -115,6 +118,9 @@ class Deliverer:
         self._relay_contexts: dict[RelayRoute, ssl.SSLContext] = {}
         #: DKIM keys are read here, once per worker: a bad one stops the worker before it claims anything
         self._signer = signer or DkimSigner.from_settings(settings.dkim)
+        # MTA-STS looks names up through MAILQUEUE["DNS"]: not behind the back of an injected resolver
+        self._sts = mta_sts or (StsPolicies(settings.dns) if settings.mta_sts and resolver is None else None)
+        self._sts_context: ssl.SSLContext | None = None
 
     async def aclose(self) -> None:
         """Close the transport's cached connections (each gets its QUIT)."""
@@ -336,9 +342,17 @@ class Deliverer:
             eightbit=message.eightbit,
             rcpt_limit=self.settings.rcpt_limit,
         )
+        hosts = resolution.hosts
+        sts = await self._sts_policy(dest, deadline)
+        if sts is not None:
+            hosts = self._sts_hosts(sts, dest, hosts, progress)
+            if not hosts:
+                reply = replies.own_reply(replies.TLS_FAILED, f"{sts.describe()} lists none of the MX hosts")
+                decide_all(reply, RecipientState.PENDING)
+                return
         last: Reply | None = None
         last_host = ""
-        for host, address in _addresses(resolution.hosts, self.settings.mx_address_limit):
+        for host, address in _addresses(hosts, self.settings.mx_address_limit):
             if loop.time() >= deadline:
                 break
             target = Target(
@@ -353,14 +367,10 @@ class Deliverer:
                 username=username,
                 password=password,
             )
-            try:
-                report = await self.transport.send(target, envelope)
-            except Exception as exc:  # a transport must not raise; one that does defers, never bounces
-                logger.error("transport bug with %s: %s", target.label, type(exc).__name__)
-                report = SessionReport(
-                    host=host,
-                    next_host=replies.own_reply(replies.INTERNAL, f"internal error delivering to {target.label}"),
-                )
+            if sts is None:
+                report = await self._send(target, envelope)
+            else:
+                report = await self._send_under_policy(sts, dest, target, envelope, progress)
             for error in report.errors:
                 progress.add_error(error)
             if report.next_host is not None and not report.outcomes:
@@ -379,6 +389,66 @@ class Deliverer:
             last = replies.own_reply(replies.NO_ANSWER, f"attempt deadline passed before {dest.name} was tried")
         decide_all(last, replies.state_of(last) if last.status.startswith("5") else RecipientState.PENDING, last_host)
         logger.info("%s: no server took the mail: %s", dest.name, last)
+
+    async def _send(self, target: Target, envelope: Envelope) -> SessionReport:
+        try:
+            return await self.transport.send(target, envelope)
+        except Exception as exc:  # a transport must not raise; one that does defers, never bounces
+            logger.error("transport bug with %s: %s", target.label, type(exc).__name__)
+            return SessionReport(
+                host=target.host,
+                next_host=replies.own_reply(replies.INTERNAL, f"internal error delivering to {target.label}"),
+            )
+
+    # --- MTA-STS (RFC 8461) ------------------------------------------------------------
+
+    async def _sts_policy(self, dest: _Destination, deadline: float) -> StsPolicy | None:
+        """The MTA-STS policy that applies to an MX destination (enforce or testing), else None."""
+        if self._sts is None or not isinstance(dest.route, MxRoute) or dest.literal is not None:
+            return None
+        try:
+            async with asyncio.timeout_at(deadline):
+                policy = await self._sts.policy_for(dest.name)
+        except TimeoutError:
+            return None
+        return policy if policy is not None and policy.mode != "none" else None
+
+    def _sts_hosts(
+        self, sts: StsPolicy, dest: _Destination, hosts: tuple[MailHost, ...], progress: _Progress
+    ) -> tuple[MailHost, ...]:
+        """The MX hosts to try: under enforce only those the policy lists; testing reports the others."""
+        unlisted = [host.name for host in hosts if not sts.matches(host.name)]
+        if not unlisted:
+            return hosts
+        if sts.mode == "testing":
+            text = f"{sts.describe()} does not list the MX hosts {', '.join(unlisted)} (sent as before: testing)"
+        else:
+            text = f"{sts.describe()} does not list the MX hosts {', '.join(unlisted)}: they are not used"
+        progress.add_error(DestinationError(Code.TLS_POLICY, text, destination=dest.name))
+        return hosts if sts.mode == "testing" else tuple(host for host in hosts if sts.matches(host.name))
+
+    async def _send_under_policy(
+        self, sts: StsPolicy, dest: _Destination, target: Target, envelope: Envelope, progress: _Progress
+    ) -> SessionReport:
+        """A session with TLS required and verified for the MX host; a TLS failure names the policy.
+
+        Under enforce the host is skipped with 4.7.5; under testing it is reported and the host tried
+        again as without the policy (nothing was sent in the failed session: it ends before MAIL FROM).
+        """
+        if self._sts_context is None:
+            self._sts_context = mx_verified_context()
+        report = await self._send(dataclasses.replace(target, tls="verify", tls_context=self._sts_context), envelope)
+        failure = report.next_host
+        if report.outcomes or failure is None or failure.status not in (replies.TLS_NOT_OFFERED, replies.TLS_FAILED):
+            return report
+        if sts.mode == "testing":
+            text = f"{sts.describe()}: {failure.text} (sent as before: testing)"
+            progress.add_error(DestinationError(Code.TLS_POLICY, text, destination=dest.name))
+            return await self._send(target, envelope)
+        text = f"{sts.describe()}: {failure.text}"
+        progress.add_error(DestinationError(Code.TLS_POLICY, text, destination=dest.name))
+        report.next_host = replies.own_reply(replies.TLS_FAILED, text)
+        return report
 
 
 def _addresses(hosts: tuple[MailHost, ...], limit: int) -> list[tuple[str, str]]:

@@ -1,4 +1,5 @@
-"""TLS contexts: unverified and opportunistic for MX hosts, verified against the system trust store for relays."""
+"""TLS contexts: unverified and opportunistic for MX hosts, verified against the system trust store for relays
+and for MX hosts under an MTA-STS policy."""
 
 from __future__ import annotations
 
@@ -24,6 +25,14 @@ def mx_context() -> ssl.SSLContext:
     return context
 
 
+def mx_verified_context() -> ssl.SSLContext:
+    """STARTTLS to an MX host under an MTA-STS policy: verified against the system trust store and the MX name."""
+    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+    context.check_hostname = True
+    context.verify_mode = ssl.CERT_REQUIRED
+    return context
+
+
 def relay_context(route: RelayRoute) -> ssl.SSLContext:
     """A relay's TLS: the certificate verified against the system's trust store.
 
@@ -40,4 +49,4 @@ def relay_context(route: RelayRoute) -> ssl.SSLContext:
     return context
 
 
-__all__ = ["RelayContextFactory", "mx_context", "relay_context"]
+__all__ = ["RelayContextFactory", "mx_context", "mx_verified_context", "relay_context"]

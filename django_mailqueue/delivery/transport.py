@@ -19,9 +19,11 @@ from ..core.masking import NO_SECRETS, SecretMask
 
 #: How a session uses TLS: `opportunistic` (MX routes: STARTTLS when offered,
 #: unverified, plain text when it fails), `starttls` / `implicit` (relay
-#: routes: required and verified), `none` (plain text), `never` (the plain
+#: routes: required and verified), `verify` (MX hosts under an MTA-STS policy:
+#: STARTTLS required, verified against the MX name; a failure skips the host
+#: and the `Deliverer` reports it), `none` (plain text), `never` (the plain
 #: text retry of an opportunistic session whose handshake failed).
-TlsPolicy = Literal["opportunistic", "starttls", "implicit", "none", "never"]
+TlsPolicy = Literal["opportunistic", "starttls", "verify", "implicit", "none", "never"]
 
 
 class DestinationError(QueueError):
