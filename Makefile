@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml
 $(DEMO_STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=25.1"
-	$(BIN)/python -m pip install --quiet -e . --group demo
+	$(BIN)/python -m pip install --quiet -e ".[dkim]" --group demo
 	touch $(DEMO_STAMP)
 
 lint: $(STAMP)

@@ -1,4 +1,4 @@
-"""The demo launcher (`make demo`): migrate, create the admin user, then run the site, a worker and the sink together.
+"""The demo launcher (`make demo`): a DKIM key at first run, migrate, the admin user, then the site, a worker, the sink.
 
     python example_project/run_demo.py [--port 8000] [--sink-port 2525]
 
@@ -149,6 +149,11 @@ def main(argv: list[str] | None = None) -> int:
     env.pop("DJANGO_SETTINGS_MODULE", None)
     env.update(DJANGO_SETTINGS_MODULE="config.settings", DEMO_SINK_PORT=str(options.sink_port), PYTHONUNBUFFERED="1")
 
+    key = PROJECT / "data" / "dkim-example.com.demo.pem"
+    if not key.exists():
+        say("writing the demo's DKIM key to example_project/data/ (ignored by git)")
+        key.parent.mkdir(exist_ok=True)
+        manage("mailqueue_dkim_keygen", "example.com", "demo", "--output", str(key), env=env)
     say("migrating the SQLite database (example_project/db.sqlite3)")
     manage("migrate", "--noinput", "-v", "0", env=env)
     manage("demo_setup", env=env)

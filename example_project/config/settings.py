@@ -106,6 +106,16 @@ MAILQUEUE = {
     "CONCURRENCY": 4,
 }
 
+# DKIM: the demo signs its mail, and its DSNs, with a key run_demo.py writes at first run into data/
+# (ignored by git; `manage.py mailqueue_dkim_keygen` is how a real site makes one). The sink checks the
+# signatures on receipt, as a receiving MX would, and the mailbox page shows the result.
+DEMO_DKIM_KEY = BASE_DIR / "data" / "dkim-example.com.demo.pem"
+if DEMO_DKIM_KEY.exists():
+    MAILQUEUE["DKIM"] = {
+        domain: {"SELECTOR": "demo", "PRIVATE_KEY": str(DEMO_DKIM_KEY)}
+        for domain in ("example.com", "mail.example.com")
+    }
+
 # One line per outcome from the worker, on the console.
 LOGGING = {
     "version": 1,

@@ -18,6 +18,8 @@ class ReceivedMessage(models.Model):
     message_id = models.CharField(max_length=998, blank=True, db_index=True)
     #: the message exactly as the sink read it after DATA
     data = models.BinaryField()
+    #: the sink's DKIM verdict on receipt: "pass d=… s=…", "fail …" or "none"
+    dkim = models.CharField(max_length=200, blank=True)
     received = models.DateTimeField(default=timezone.now, db_index=True)
 
     class Meta:

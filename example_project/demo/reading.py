@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import email
 import email.policy
+import functools
+import re
 from dataclasses import dataclass, field
 from email.message import EmailMessage, Message
 from email.parser import BytesHeaderParser
@@ -52,6 +54,47 @@ def header_fields(data: bytes) -> dict[str, str]:
         except (ValueError, TypeError, IndexError):
             found[name] = ""
     return found
+
+
+def dkim_verdict(data: bytes) -> str:
+    """What a receiving MX concludes about the message's DKIM signature, checked with dkimpy.
+
+    The demo's domains are not in any DNS, so the public keys are those the demo would publish: the
+    records of its own `MAILQUEUE["DKIM"]` keys. "pass d=… s=…", "fail d=… s=…: why" or "none".
+    """
+    head = data.split(b"\r\n\r\n", 1)[0]
+    found = re.search(rb"(?im)^DKIM-Signature:([^\r\n]*(?:\r\n[ \t][^\r\n]*)*)", head)
+    if found is None:
+        return "none"
+    tags = {
+        k.strip(): v.strip()
+        for k, _, v in (t.partition("=") for t in re.sub(rb"\s", b"", found[1]).decode().split(";"))
+    }
+    who = f"d={tags.get('d', '?')} s={tags.get('s', '?')}"
+    try:
+        import dkim
+    except ImportError:
+        return f"unchecked {who}: dkimpy is not installed"
+    records = _published_records()
+
+    def dns_txt(name: bytes, timeout: int = 5) -> bytes:
+        return records.get(name.decode("ascii", "replace").rstrip(".").lower(), "").encode()
+
+    verifier = dkim.DKIM(data)
+    try:
+        ok = verifier.verify(dnsfunc=dns_txt)
+    except dkim.DKIMException as exc:
+        return f"fail {who}: {exc}"[:200]
+    return f"pass {who}" if ok else f"fail {who}: the signature does not verify"
+
+
+@functools.cache
+def _published_records() -> dict[str, str]:
+    """`<selector>._domainkey.<domain>` -> the TXT record of each DKIM key the demo signs with."""
+    from django_mailqueue.conf import get_settings
+    from django_mailqueue.dkim import load_key
+
+    return {entry.record_name: load_key(entry).record for entry in get_settings().dkim.values()}
 
 
 def summarise(data: bytes) -> MessageSummary:

@@ -2,7 +2,8 @@
 
 Answers RCPT TO as `policy.MxPolicy` says (accept, greylist, reject), and
 stores every accepted message once per accepted recipient in that
-recipient's mailbox (`ReceivedMessage`), so the mailbox page can show it.
+recipient's mailbox (`ReceivedMessage`), with its DKIM verdict, so the
+mailbox page can show it.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from asgiref.sync import sync_to_async
 
 from .models import ReceivedMessage, SmtpEvent
 from .policy import MxPolicy
-from .reading import header_fields
+from .reading import dkim_verdict, header_fields
 
 logger = logging.getLogger("demo.sink")
 
@@ -59,6 +60,7 @@ def envelope_sender(envelope: Envelope) -> str:
 def file_message(envelope_from: str, recipients: list[str], data: bytes) -> list[ReceivedMessage]:
     """Store `data` in each recipient's mailbox."""
     headers = header_fields(data)
+    dkim = dkim_verdict(data)
     return ReceivedMessage.objects.bulk_create(
         ReceivedMessage(
             mailbox=recipient.lower(),
@@ -69,6 +71,7 @@ def file_message(envelope_from: str, recipients: list[str], data: bytes) -> list
             subject=headers["Subject"],
             message_id=headers["Message-ID"][:998],
             data=data,
+            dkim=dkim,
         )
         for recipient in recipients
     )

@@ -128,6 +128,7 @@ def state_json(request: HttpRequest) -> JsonResponse:
                 "message_id": m.message_id,
                 "received": m.received.isoformat(),
                 "attachments": summary.attachments,
+                "dkim": m.dkim,
                 "dsn": None
                 if summary.dsn is None
                 else {

@@ -254,6 +254,8 @@ def outcomes(state: dict[str, Any], sent: dict[str, str]) -> dict[str, str | Non
         missing[DELIVERED] = "not in the mailbox"
     elif ATTACHMENT[0] not in got[0]["attachments"]:
         missing[DELIVERED] = f"in the mailbox without its attachment {ATTACHMENT[0]} ({got[0]['attachments']})"
+    elif not got[0]["dkim"].startswith("pass d=example.com s=demo"):
+        missing[DELIVERED] = f"in the mailbox, but its DKIM signature did not verify: {got[0]['dkim']!r}"
     else:
         missing[DELIVERED] = None
 
@@ -290,6 +292,8 @@ def outcomes(state: dict[str, Any], sent: dict[str, str]) -> dict[str, str | Non
         for r in dsns[0]["dsn"]["recipients"]
     ):
         missing[REJECTED] = f"the DSN does not report {REJECTED} failed with 5.1.1: {dsns[0]['dsn']}"
+    elif not dsns[0]["dkim"].startswith("pass d=mail.example.com s=demo"):
+        missing[REJECTED] = f"the DSN's DKIM signature (the HOSTNAME's key) did not verify: {dsns[0]['dkim']!r}"
     else:
         missing[REJECTED] = None
     return missing

@@ -12,6 +12,7 @@ import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from django_mailqueue.core.items import QueueItem, Recipient, RecipientState, Reply
 from django_mailqueue.worker.dsn import DsnReport, build_dsn, original_header_block
@@ -99,3 +100,22 @@ def test_an_ordinary_message_is_no_dsn_and_lists_its_attachments() -> None:
     assert summary.subject == "Grüße"
     assert summary.text.strip() == "hello"
     assert summary.attachments == ["notes.txt"]
+
+
+def test_the_mailbox_checks_dkim_signatures_against_the_demos_own_records(settings: Any, tmp_path: Path) -> None:
+    from django_mailqueue.conf import get_settings
+    from django_mailqueue.dkim import DkimSigner
+    from django_mailqueue.management.commands.mailqueue_dkim_keygen import generate_pem
+
+    key = tmp_path / "demo.pem"
+    key.write_bytes(generate_pem("rsa-sha256"))
+    settings.MAILQUEUE = {"DKIM": {"example.com": {"SELECTOR": "demo", "PRIVATE_KEY": str(key)}}}
+    get_settings.cache_clear()
+    reading._published_records.cache_clear()
+    signer = DkimSigner.from_settings(get_settings().dkim)
+    assert signer is not None
+    signed = signer.sign(b"From: a@example.com\r\nTo: b@example.net\r\nSubject: hi\r\n\r\nHello.\r\n")
+    assert reading.dkim_verdict(signed) == "pass d=example.com s=demo"
+    assert reading.dkim_verdict(signed.replace(b"Hello.", b"Hello!")).startswith("fail d=example.com s=demo: ")
+    assert reading.dkim_verdict(b"From: a@example.com\r\n\r\nHello.\r\n") == "none"
+    reading._published_records.cache_clear()
