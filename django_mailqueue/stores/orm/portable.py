@@ -140,8 +140,18 @@ class PortableDialect(Dialect):
             )
 
     def drop(self, seqs: Sequence[int]) -> None:
-        # Django deletes the recipients and the message with the item (on_delete=CASCADE).
-        QueuedItem.objects.using(self.alias).filter(seq__in=seqs).delete()
+        """Three `DELETE … WHERE … IN` statements, as many values each as the database takes.
+        Not `QuerySet.delete()`: for an item (whose rows cascade) it first reads every row into a model
+        instance — twice the time of the drop."""
+        conn = self.connection
+        bounds = [n for n in (conn.ops.max_in_list_size(), conn.features.max_query_params) if n]
+        step = max(1, min(bounds, default=len(seqs)))
+        with conn.cursor() as cursor:
+            for start in range(0, len(seqs), step):
+                chunk = list(seqs[start : start + step])
+                for model, column in ((QueuedMessage, "item_id"), (QueuedRecipient, "item_id"), (QueuedItem, "seq")):
+                    table, marks = conn.ops.quote_name(model._meta.db_table), ", ".join(["%s"] * len(chunk))
+                    cursor.execute(f"DELETE FROM {table} WHERE {conn.ops.quote_name(column)} IN ({marks})", chunk)  # noqa: S608
 
     def read_messages(self, item_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, bytes]:
         rows = (
