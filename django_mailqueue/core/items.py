@@ -171,6 +171,10 @@ class Completion:
     count_attempt: bool = True
     #: mark that the item's "delayed" DSN was sent
     delay_warned: bool = False
+    #: DSNs about this attempt, added in the same step as the outcome (both or neither)
+    dsns: tuple[NewItem, ...] = ()
+    #: when the attempt was recorded: the `created` of `dsns` (needed with them)
+    now: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,6 +38,10 @@ class QueueStore(abc.ABC):
       lets go of the lease in one step, only for the lease's owner at the
       revision it claimed; a final recipient state never changes; an item whose
       every recipient is final is dropped with its message.
+    - `complete` adds the completion's DSN items in that same step: the outcome
+      is never recorded without its DSNs, nor a DSN added without its outcome.
+      With `max_items` set, DSNs that would pass it refuse the whole completion
+      (`FULL`, nothing recorded).
     - Times are given by the caller: a store keeps no clock.
     - Nothing a store returns is shared with what it keeps.
     - Text a store keeps holds no NUL and no lone surrogate, and an envelope
@@ -116,13 +120,18 @@ class QueueStore(abc.ABC):
         item as recorded — with `done` true when every recipient is final, in
         which case the item and its message are gone from the store — or None
         when no item has that id (cancelled, or finished by another worker).
+
+        `completion.dsns` are added (created at `completion.now`) in the same
+        step, and only when the outcome is recorded: none with LEASE_LOST or
+        None. Raises `FULL` (nothing recorded) when they would take the queue
+        past `max_items`.
         """
 
     def complete_many(self, requests: Sequence[CompleteRequest]) -> builtins.list[QueueItem | None | QueueError]:
         """`complete` for several items at once: one answer per request, in order.
 
         Each answer is what `complete` would return for that request, or the
-        `QueueError` it would raise (`LEASE_LOST`, `INVALID`); a store may
+        `QueueError` it would raise (`LEASE_LOST`, `INVALID`, `FULL`); a store may
         record them in one transaction or round trip. The default calls
         `complete` for each.
         """
@@ -135,7 +144,7 @@ class QueueStore(abc.ABC):
                     )
                 )
             except QueueError as exc:
-                if exc.code not in (Code.LEASE_LOST, Code.INVALID):
+                if exc.code not in (Code.LEASE_LOST, Code.INVALID, Code.FULL):
                     raise
                 answers.append(exc)
         return answers
@@ -338,6 +347,13 @@ def check_completion(completion: Completion) -> None:
         check_outcome(outcome)
     if completion.next_attempt.tzinfo is None:
         raise QueueError(Code.INVALID, "next_attempt must be an aware datetime")
+    if completion.dsns:
+        if completion.now is None or completion.now.tzinfo is None:
+            raise QueueError(Code.INVALID, "a completion with DSNs needs `now`, an aware datetime")
+        for dsn in completion.dsns:
+            check_new_item(dsn)
+        if len({dsn.id for dsn in completion.dsns}) != len(completion.dsns):
+            raise QueueError(Code.INVALID, "a DSN id is given twice in the completion")
 
 
 def check_outcome(outcome: RecipientOutcome) -> None:

@@ -48,29 +48,34 @@ class MemoryStore(QueueStore):
         for new in items:
             check_new_item(new)
         with self._lock:
-            if self.max_items is not None and len(self._items) + len(items) > self.max_items:
-                raise QueueError(Code.FULL, f"the queue holds {len(self._items)} items; MAX_ITEMS is {self.max_items}")
+            self._check_room(len(items))
             if any(new.id in self._items for new in items):
                 raise QueueError(Code.INVALID, "an item with that id is queued already")
-            added = []
-            for new in items:
-                due = new.not_before if new.not_before is not None and new.not_before > now else now
-                item = QueueItem(
-                    id=new.id,
-                    sender=new.sender,
-                    recipients=tuple(Recipient(a) for a in new.recipients),
-                    size=len(new.message),
-                    created=now,
-                    next_attempt=due,
-                    queue=new.queue,
-                    message_id=new.message_id,
-                    subject=new.subject,
-                )
-                self._items[item.id] = (next(self._seq), item)
-                self._messages[item.id] = bytes(new.message)
-                added.append(item)
+            added = [self._insert(new, now) for new in items]
             self._generation += 1
         return added
+
+    def _check_room(self, adding: int) -> None:
+        if self.max_items is not None and len(self._items) + adding > self.max_items:
+            raise QueueError(Code.FULL, f"the queue holds {len(self._items)} items; MAX_ITEMS is {self.max_items}")
+
+    def _insert(self, new: NewItem, now: datetime) -> QueueItem:
+        """Keep one checked item (under the lock), its id known to be free."""
+        due = new.not_before if new.not_before is not None and new.not_before > now else now
+        item = QueueItem(
+            id=new.id,
+            sender=new.sender,
+            recipients=tuple(Recipient(a) for a in new.recipients),
+            size=len(new.message),
+            created=now,
+            next_attempt=due,
+            queue=new.queue,
+            message_id=new.message_id,
+            subject=new.subject,
+        )
+        self._items[item.id] = (next(self._seq), item)
+        self._messages[item.id] = bytes(new.message)
+        return item
 
     def claim(
         self, *, owner: str, now: datetime, lease_expires: datetime, queues: Sequence[str] | None = None, limit: int = 1
@@ -120,12 +125,21 @@ class MemoryStore(QueueStore):
                 raise QueueError(
                     Code.LEASE_LOST, f"the lease on {item_id} is no longer held by {owner}", item_id=item_id
                 )
+            if completion.dsns:
+                self._check_room(len(completion.dsns))
+                if any(dsn.id in self._items for dsn in completion.dsns):
+                    raise QueueError(Code.INVALID, "a DSN with that id is queued already")
             recorded = apply_completion(item, completion)
             if recorded.done:
                 del self._items[item_id]
                 self._messages.pop(item_id, None)
             else:
                 self._items[item_id] = (seq, recorded)
+            if completion.dsns:
+                assert completion.now is not None  # check_completion
+                for dsn in completion.dsns:
+                    self._insert(dsn, completion.now)
+                self._generation += 1
             return recorded
 
     def reschedule(self, item_id: uuid.UUID, *, at: datetime, owner: str | None = None) -> bool:

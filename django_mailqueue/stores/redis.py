@@ -287,30 +287,8 @@ class RedisStore(QueueStore):
         ]
         added = []
         for new in items:
-            due_us = to_micros(new.not_before) if new.not_before is not None and new.not_before > now else now_us
-            item = QueueItem(
-                id=new.id,
-                sender=new.sender,
-                recipients=tuple(Recipient(a) for a in new.recipients),
-                size=len(new.message),
-                created=from_micros(now_us),
-                next_attempt=from_micros(due_us),
-                queue=new.queue,
-                message_id=new.message_id,
-                subject=new.subject,
-            )
-            args += [
-                str(new.id),
-                new.queue,
-                str(due_us),
-                str(now_us),
-                new.sender,
-                _dump_recipients(item.recipients),
-                str(item.size),
-                new.message_id,
-                new.subject,
-                bytes(new.message),
-            ]
+            item = _as_added(new, now, now_us)
+            args += _item_args(new, item, now_us)
             added.append(item)
         keys = (self.keys.schema, self.keys.seq, self.keys.items, self.keys.queues)
         return _AddPlan(keys, tuple(args), tuple(added))
@@ -441,7 +419,7 @@ class RedisStore(QueueStore):
         after = apply_completion(before, completion)
         args: builtins.list[scripts.Arg] = [self.key_prefix, str(item_id), owner, str(revision)]
         if after.done:
-            args.append("drop")
+            args += ["drop", "", "", "", ""]
         else:
             args += [
                 "record",
@@ -450,20 +428,33 @@ class RedisStore(QueueStore):
                 str(after.attempts),
                 "1" if after.delay_warned else "0",
             ]
+        args += ["" if self.max_items is None else str(self.max_items), str(len(completion.dsns))]
+        if completion.dsns:
+            assert completion.now is not None  # check_completion
+            now_us = to_micros(completion.now)
+            for dsn in completion.dsns:
+                args += _item_args(dsn, _as_added(dsn, completion.now, now_us), now_us)
         return after, args
 
-    @staticmethod
-    def _completed(item_id: uuid.UUID, owner: str, after: QueueItem, reply: Any) -> QueueItem | None:
+    def _completed(self, item_id: uuid.UUID, owner: str, after: QueueItem, reply: Any) -> QueueItem | None:
         if reply == -1:
             return None
         if reply == 0:
             raise _lease_lost(item_id, owner)
+        if reply == -2:
+            raise QueueError(Code.FULL, f"no room for the DSNs of {item_id}: MAX_ITEMS is {self.max_items}")
+        if reply == -3:
+            raise QueueError(Code.INVALID, f"a DSN of {item_id} has the id of an item queued already")
         return after
+
+    @property
+    def _complete_keys(self) -> builtins.list[str]:
+        return [self.keys.leases, self.keys.items, self.keys.queues, self.keys.seq]
 
     def complete(self, item_id: uuid.UUID, *, owner: str, revision: int, completion: Completion) -> QueueItem | None:
         check_owner(owner)
         check_completion(completion)
-        keys = [self.keys.leases, self.keys.items, self.keys.queues]
+        keys = self._complete_keys
 
         def work(client: SyncClient[bytes]) -> QueueItem | None:
             call = self._complete_call(item_id, owner, revision, completion, _hgetall(client, self.keys.item(item_id)))
@@ -479,7 +470,7 @@ class RedisStore(QueueStore):
     ) -> QueueItem | None:
         check_owner(owner)
         check_completion(completion)
-        keys = [self.keys.leases, self.keys.items, self.keys.queues]
+        keys = self._complete_keys
 
         async def work(client: AsyncClient[bytes]) -> QueueItem | None:
             raw = await _ahgetall(client, self.keys.item(item_id))
@@ -499,7 +490,7 @@ class RedisStore(QueueStore):
             check_completion(request.completion)
         if not requests:
             return []
-        keys = [self.keys.leases, self.keys.items, self.keys.queues]
+        keys = self._complete_keys
 
         async def work(client: AsyncClient[bytes]) -> builtins.list[QueueItem | None | QueueError]:
             reading = client.pipeline(transaction=False)
@@ -728,6 +719,38 @@ class RedisStore(QueueStore):
 
 
 # --- how an item is kept -------------------------------------------------------------------
+
+
+def _as_added(new: NewItem, now: datetime, now_us: int) -> QueueItem:
+    """The item as `add` stores it, its times in whole microseconds as Redis keeps them."""
+    due_us = to_micros(new.not_before) if new.not_before is not None and new.not_before > now else now_us
+    return QueueItem(
+        id=new.id,
+        sender=new.sender,
+        recipients=tuple(Recipient(a) for a in new.recipients),
+        size=len(new.message),
+        created=from_micros(now_us),
+        next_attempt=from_micros(due_us),
+        queue=new.queue,
+        message_id=new.message_id,
+        subject=new.subject,
+    )
+
+
+def _item_args(new: NewItem, item: QueueItem, now_us: int) -> builtins.list[scripts.Arg]:
+    """The 10 values add.lua and complete.lua take per item they store."""
+    return [
+        str(new.id),
+        new.queue,
+        str(to_micros(item.next_attempt)),
+        str(now_us),
+        new.sender,
+        _dump_recipients(item.recipients),
+        str(item.size),
+        new.message_id,
+        new.subject,
+        bytes(new.message),
+    ]
 
 
 def _dump_recipients(recipients: Sequence[Recipient]) -> str:

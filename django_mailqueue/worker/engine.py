@@ -11,7 +11,7 @@ import socket
 import uuid
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -22,9 +22,7 @@ from ..core.errors import Code, QueueError
 from ..core.items import (
     CompleteRequest,
     Completion,
-    NewItem,
     QueueItem,
-    Recipient,
     RecipientOutcome,
     RecipientState,
     Reply,
@@ -33,10 +31,10 @@ from ..core.items import (
 from ..history import History, HistoryEntry
 from ..stores.base import QueueStore
 from .batching import Batcher
-from .dsn import DsnKind, DsnReport, build_dsn, original_header_block
-from .events import Event, tell
+from .dsn import original_header_block
+from .events import tell
 from .log_limit import LogLimit
-from .retries import delay_warning_due, expired, next_attempt_after, retry_until
+from .record import AttemptOutcome, Record, decide
 
 if TYPE_CHECKING:
     from ..delivery import AttemptResult
@@ -423,9 +421,7 @@ class Worker:
             outcomes = tuple(RecipientOutcome(r.address, RecipientState.FAILED, reply) for r in pending)
             original = attempt.message if attempt.prefetched else await self.store.aread_message(item.id)
             headers = self._end_delivery_keeping_headers(attempt, outcomes, original)
-            await self._record(
-                attempt, outcomes, possibly_delivered=frozenset(), errors=(), headers=headers, message_lost=False
-            )
+            await self._record(attempt, AttemptOutcome(outcomes, headers=headers))
             return
         try:
             message = attempt.message if attempt.prefetched else await self.store.aread_message(item.id)
@@ -439,20 +435,19 @@ class Worker:
                 return  # cancelled, or finished by another worker: nothing to do
             outcomes = tuple(RecipientOutcome(r.address, RecipientState.FAILED, UNREADABLE) for r in pending)
             self._end_delivery(attempt)
-            await self._record(
-                attempt, outcomes, possibly_delivered=frozenset(), errors=(), headers=None, message_lost=True
-            )
+            await self._record(attempt, AttemptOutcome(outcomes, message_lost=True))
             return
         result = await self.deliverer.deliver(item.sender, [r.address for r in pending], message)
         headers = self._end_delivery_keeping_headers(attempt, result.outcomes, message)
         del message
         await self._record(
             attempt,
-            result.outcomes,
-            possibly_delivered=result.possibly_delivered,
-            errors=tuple(result.errors),
-            headers=headers,
-            message_lost=False,
+            AttemptOutcome(
+                tuple(result.outcomes),
+                possibly_delivered=result.possibly_delivered,
+                errors=tuple(result.errors),
+                headers=headers,
+            ),
         )
 
     def _end_delivery_keeping_headers(
@@ -467,94 +462,24 @@ class Worker:
             return None
         return original_header_block(original)
 
-    async def _record(
-        self,
-        attempt: _Attempt,
-        outcomes: Sequence[RecipientOutcome],
-        *,
-        possibly_delivered: frozenset[str],
-        errors: Sequence[QueueError],
-        headers: bytes | None,
-        message_lost: bool,
-    ) -> None:
+    async def _record(self, attempt: _Attempt, outcome: AttemptOutcome) -> None:
+        """Write what `outcome` means (history rows, then the completion with its DSNs in one store
+        call) and tell it. A crash before the completion leaves the attempt unrecorded, and no DSN."""
         item = attempt.item
-        now = self.clock.now()
-        number = item.attempts + 1
-        if expired(self.settings, created=item.created, now=now):
-            outcomes = [
-                replace(o, state=RecipientState.FAILED) if o.state is RecipientState.PENDING else o for o in outcomes
-            ]
-        still_pending = [o for o in outcomes if o.state is RecipientState.PENDING]
-        warn = (
-            bool(still_pending)
-            and not item.delay_warned
-            and self.settings.dsn
-            and item.sender != ""
-            and delay_warning_due(self.settings, created=item.created, now=now)
-        )
-        next_attempt = next_attempt_after(self.settings, now=now, attempts=number, rng=self.rng)
-        completion = Completion(tuple(outcomes), next_attempt=next_attempt, delay_warned=warn)
+        record = decide(item, outcome, self.settings, now=self.clock.now(), rng=self.rng)
         if attempt.lost:
             return
-        newly_failed: list[Recipient] = []
-        delayed: list[Recipient] = []
-        by_address = {o.address: o for o in outcomes}
-        for recipient in item.pending:
-            decided = by_address.get(recipient.address)
-            if decided is None:
-                continue
-            as_kept = Recipient(recipient.address, decided.state, decided.reply, decided.remote_mta)
-            if decided.state is RecipientState.FAILED:
-                newly_failed.append(as_kept)
-            elif decided.state is RecipientState.PENDING:
-                delayed.append(as_kept)
-        # The history and the DSNs are written before the outcome is recorded: a crash in
-        # between leaves a record of an attempt that is then made again, and may send a DSN
-        # twice — never loses either.
         if self.history is not None:
-            await self._write_history_first(
-                [
-                    HistoryEntry(
-                        item=item,
-                        outcome=o,
-                        attempt=number,
-                        recorded=now,
-                        possibly_delivered=o.address in possibly_delivered,
-                    )
-                    for o in outcomes
-                ]
-            )
-        dsns: list[tuple[DsnKind, NewItem, list[Recipient]]] = []
-        if self.settings.dsn and item.sender != "":
-            if newly_failed:
-                dsns.append(("failed", self._build_dsn("failed", item, newly_failed, now, headers), newly_failed))
-            if warn and delayed:
-                dsns.append(("delayed", self._build_dsn("delayed", item, delayed, now, headers), delayed))
-            queued: list[tuple[DsnKind, NewItem, list[Recipient]]] = []
-            for entry in dsns:
-                answer = await self._queue_dsn(attempt, entry[0], entry[1], now)
-                if answer == "unreachable" and item.reclaims < self.settings.max_reclaims:
-                    # The store stayed out of reach for the whole lease: record nothing (the
-                    # outcome could not be written either, most likely), and let the item be
-                    # tried again once its lease has expired — its DSN with it. (Bounded: an
-                    # item reclaimed too often is failed, and recorded whatever its DSN does.)
-                    await self._drop_dsns(queued)
-                    await self._lease_ran_out(attempt)
-                    return
-                if answer == "queued":
-                    queued.append(entry)
-            dsns = queued
-        recorded = await self._complete(attempt, completion)
+            # Written first: a crash in between leaves a record of an attempt that is then made again.
+            await self._write_history_first(record.history())
+        recorded, record = await self._complete(attempt, record)
         if recorded is False:
-            await self._drop_dsns(dsns)
             return
         self._held.pop(item.id, None)
-        told_dsn = True
         if recorded is None:
             lease = attempt.lease_expires or item.lease_expires
             if lease is None or lease <= self.clock.now():  # now: the completion itself may have stalled
                 self.stats.leases_lost += 1
-                await self._drop_dsns(dsns)
                 await self._error(
                     QueueError(
                         Code.LEASE_LOST,
@@ -565,86 +490,51 @@ class Worker:
                     item.id,
                 )
                 return
-            told_dsn = False  # cancelled while we held it: tell the outcomes, send no DSN
-            await self._drop_dsns(dsns)
-        events: list[Event] = []
-        sender = type(self.store)
-        if message_lost:
-            unreadable = QueueError(
-                Code.MESSAGE_UNREADABLE,
-                f"The message of {item.id} is unreadable: the store holds the item but not "
-                "its message, so every pending recipient failed",
-                item_id=item.id,
-            )
-            self._warn(unreadable, item.id)
-            events.append((signals.error, {"error": unreadable, "item_id": item.id}))
-        for problem in errors:
-            self._warn(problem, item.id)
-            events.append((signals.error, {"error": problem, "item_id": item.id}))
-        for address in sorted(possibly_delivered):
-            lost = QueueError(
-                Code.REPLY_LOST,
-                f"the reply after the end of data for {address} was lost: {item.id} may have been "
-                "delivered to it already and will be tried again",
-                item_id=item.id,
-            )
-            logger.warning("error item=%s %s", item.id, lost)  # an operator's grep finds the duplicate window
-            events.append((signals.error, {"error": lost, "item_id": item.id}))
-        for recipient in item.pending:
-            decided = by_address.get(recipient.address)
-            if decided is None:
-                continue
-            kwargs: dict[str, Any] = {
-                "item_id": item.id,
-                "recipient": recipient.address,
-                "reply": decided.reply,
-                "attempt": number,
-            }
-            self._log(item, decided)
-            if decided.state is RecipientState.DELIVERED:
-                self.stats.delivered += 1
-                events.append((signals.delivered, kwargs))
-            elif decided.state is RecipientState.FAILED:
-                self.stats.failed += 1
-                events.append((signals.failed, kwargs))
-            else:
-                self.stats.deferred += 1
-                events.append((signals.deferred, {**kwargs, "next_attempt": next_attempt}))
-        if told_dsn:
-            for kind, dsn, recipients in dsns:
-                self.stats.dsns += 1
-                logger.info("dsn item=%s kind=%s dsn=%s to=<%s>", item.id, kind, dsn.id, item.sender)
-                events.append(
-                    (
-                        signals.dsn,
-                        {
-                            "kind": kind,
-                            "dsn_id": dsn.id,
-                            "of": item.id,
-                            "to": item.sender,
-                            "recipients": [r.address for r in recipients],
-                        },
-                    )
-                )
-        await tell(sender, events)
+        # None with the lease held: cancelled while we held it. The outcomes are told; no DSN was added.
+        await self._tell(record, with_dsns=recorded is not None)
 
-    async def _complete(self, attempt: _Attempt, completion: Completion) -> QueueItem | None | Literal[False]:
-        """Record the outcome; while the store is out of reach, try again as long as the lease
-        holds. False when nothing could be recorded (the error is told)."""
+    async def _tell(self, record: Record, *, with_dsns: bool) -> None:
+        item = record.item
+        for problem in record.problems:
+            self._warn(problem, item.id)
+        for lost in record.replies_lost:
+            logger.warning("error item=%s %s", item.id, lost)  # an operator's grep finds the duplicate window
+        for decided in record.decided:
+            self._log(item, decided)
+        self.stats.delivered += record.count(RecipientState.DELIVERED)
+        self.stats.failed += record.count(RecipientState.FAILED)
+        self.stats.deferred += record.count(RecipientState.PENDING)
+        if with_dsns:
+            for note in record.dsns:
+                self.stats.dsns += 1
+                logger.info("dsn item=%s kind=%s dsn=%s to=<%s>", item.id, note.kind, note.item.id, item.sender)
+        await tell(type(self.store), record.events(with_dsns=with_dsns))
+
+    async def _complete(self, attempt: _Attempt, record: Record) -> tuple[QueueItem | None | Literal[False], Record]:
+        """Record the outcome with its DSNs; while the store is out of reach, try again as long as the
+        lease holds. When the queue has no room for the DSNs, DSN_FAILED is told and the outcome recorded
+        without them. False when nothing could be recorded (the error is told)."""
         item, retry = attempt.item, _Retry()
         while True:
+            completion = record.completion
             try:
                 answer = await self._completions.submit(CompleteRequest(item.id, self.owner, item.revision, completion))
                 if isinstance(answer, QueueError):
                     raise answer
                 if answer is None and retry.told:
-                    return self._landed_before(item, completion)
-                return answer
+                    return self._landed_before(item, completion), record
+                return answer, record
             except QueueError as exc:
+                if exc.code == Code.FULL and record.dsns:
+                    for note in record.dsns:
+                        why = f"the {note.kind} DSN for {item.id} could not be queued: {exc.message}"
+                        await self._error(QueueError(Code.DSN_FAILED, why, item_id=item.id), item.id)
+                    record = record.without_dsns()
+                    continue
                 if exc.code == Code.LEASE_LOST and retry.told:
                     landed = await self._landed_before_lease_lost(item, completion)
                     if landed is not None:
-                        return landed
+                        return landed, record
                 if await self._pause_to_retry(attempt, exc, retry):
                     continue
                 if exc.code == Code.LEASE_LOST:
@@ -653,7 +543,7 @@ class Worker:
                     await self._error(exc, item.id)
                 if exc.code == Code.STORE_UNAVAILABLE:
                     await self._lease_ran_out(attempt)
-                return False
+                return False, record
 
     async def _lease_ran_out(self, attempt: _Attempt) -> None:
         """The store stayed out of reach until the attempt's lease ran out (or was about to): nothing
@@ -734,51 +624,6 @@ class Worker:
         if self.history is not None:
             await self.history.arecord(entries)
         return [None] * len(entries)
-
-    def _build_dsn(
-        self, kind: DsnKind, item: QueueItem, recipients: Sequence[Recipient], now: datetime, headers: bytes | None
-    ) -> NewItem:
-        report = DsnReport(
-            kind=kind,
-            item=item,
-            recipients=recipients,
-            reporting_mta=self.settings.hostname,
-            last_attempt=now,
-            retry_until=retry_until(self.settings, created=item.created) if kind == "delayed" else None,
-            original_headers=headers,
-        )
-        return build_dsn(report, now=now)
-
-    async def _queue_dsn(
-        self, attempt: _Attempt, kind: DsnKind, dsn: NewItem, now: datetime
-    ) -> Literal["queued", "refused", "unreachable"]:
-        """Queue one DSN; while the store is out of reach, try again as long as the lease holds.
-
-        "refused": the store said no (a full queue, …): DSN_FAILED is told and the outcome
-        is recorded all the same. "unreachable": the store stayed out of reach.
-        """
-        item, retry = attempt.item, _Retry()
-        while True:
-            try:
-                # A try that failed may have been applied (its answer lost): never add it twice.
-                if retry.told and await self.store.aget(dsn.id) is not None:
-                    return "queued"
-                await self.store.aadd(dsn, now=now)
-                return "queued"
-            except QueueError as exc:
-                if await self._pause_to_retry(attempt, exc, retry):
-                    continue
-                why = f"the {kind} DSN for {item.id} could not be queued: {exc.message}"
-                await self._error(QueueError(Code.DSN_FAILED, why, item_id=item.id), item.id)
-                return "unreachable" if exc.code == Code.STORE_UNAVAILABLE else "refused"
-
-    async def _drop_dsns(self, dsns: Sequence[tuple[DsnKind, NewItem, list[Recipient]]]) -> None:
-        """Take back DSNs queued for an outcome that was not recorded after all."""
-        for _, dsn, _ in dsns:
-            try:
-                await self.store.acancel(dsn.id)
-            except QueueError as exc:
-                await self._error(exc, dsn.id)
 
     async def _error(self, error: QueueError, item_id: uuid.UUID | None) -> None:
         self.stats.errors.append(error.code)

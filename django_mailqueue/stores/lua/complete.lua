@@ -1,25 +1,33 @@
--- complete.lua: record an attempt's outcome and let go of the lease, for the
--- lease's owner at the revision it claimed.
+-- complete.lua: record an attempt's outcome, add its DSNs and let go of the lease,
+-- for the lease's owner at the revision it claimed — all or nothing.
 --
 -- KEYS[1]  <prefix>leases   sorted set, leased items
 -- KEYS[2]  <prefix>items    sorted set, every item by next attempt
 -- KEYS[3]  <prefix>queues   set, names of the queues whose ready set may hold items
--- ARGV[1]  the prefix (item keys, <prefix>message:<id>, <prefix>ready:<queue>)
+-- KEYS[4]  <prefix>seq      string, the counter that orders items (for the DSNs)
+-- ARGV[1]  the prefix (item keys, <prefix>message:<id>, <prefix>ready:<queue>,
+--          the wake-up channel <prefix>wakeup)
 -- ARGV[2]  item id
 -- ARGV[3]  owner
 -- ARGV[4]  the revision the owner claimed
--- ARGV[5]  'drop' (every recipient is final) or 'record', and for 'record':
--- ARGV[6]  recipients (JSON, computed by the caller from the item read at that revision)
--- ARGV[7]  next attempt (µs)
--- ARGV[8]  attempts
--- ARGV[9]  delay warned ('0' or '1')
+-- ARGV[5]  'drop' (every recipient is final) or 'record'
+-- ARGV[6]  recipients (JSON, computed by the caller from the item read at that revision; '' with 'drop')
+-- ARGV[7]  next attempt (µs; '' with 'drop')
+-- ARGV[8]  attempts ('' with 'drop')
+-- ARGV[9]  delay warned ('0' or '1'; '' with 'drop')
+-- ARGV[10] MAX_ITEMS, or '' for no bound (checked only when DSNs follow)
+-- ARGV[11] n, how many DSN items follow
+-- then, per DSN, the 10 values add.lua takes: id, queue, next attempt (µs), created (µs),
+--          sender, recipients (JSON), size, Message-ID, subject, message bytes
 --
--- Returns 1 once recorded (or the item and its message dropped), 0 when the
--- owner does not hold the lease at that revision (nothing is written), -1 when
--- there is no such item. Every other write to an item's outcome fields comes
--- from this script, and each claim bumps `rev`, so owner and revision together
--- prove the caller's reading is current.
+-- Returns 1 once recorded (or the item and its message dropped) and the DSNs added,
+-- 0 when the owner does not hold the lease at that revision, -1 when there is no
+-- such item, -2 when the DSNs would pass MAX_ITEMS, -3 when a DSN's id is queued
+-- already; nothing is written unless 1. Every other write to an item's outcome
+-- fields comes from this script, and each claim bumps `rev`, so owner and revision
+-- together prove the caller's reading is current.
 local prefix, id = ARGV[1], ARGV[2]
+local n = tonumber(ARGV[11])
 local key = prefix .. 'item:' .. id
 local f = redis.call('HMGET', key, 'owner', 'rev', 'member', 'queue')
 if not f[3] then
@@ -28,19 +36,47 @@ end
 if f[1] ~= ARGV[3] or f[2] ~= ARGV[4] then
   return 0
 end
+if n > 0 and ARGV[10] ~= '' and redis.call('ZCARD', KEYS[2]) + n > tonumber(ARGV[10]) then
+  return -2
+end
+for i = 0, n - 1 do
+  if redis.call('EXISTS', prefix .. 'item:' .. ARGV[12 + i * 10]) == 1 then
+    return -3
+  end
+end
+-- Told before the first write (as in add.lua), so that a channel the ACL denies writes nothing.
+if n > 0 then
+  redis.call('PUBLISH', prefix .. 'wakeup', n)
+end
+
 local member, queue = f[3], f[4]
 redis.call('ZREM', KEYS[1], member)
 if ARGV[5] == 'drop' then
   redis.call('ZREM', KEYS[2], member)
   redis.call('ZREM', prefix .. 'ready:' .. queue, member)
   redis.call('DEL', key, prefix .. 'message:' .. id)
-  return 1
+else
+  local due = ARGV[7]
+  redis.call('HSET', key, 'rcpts', ARGV[6], 'next', due, 'attempts', ARGV[8], 'delay', ARGV[9], 'reclaims', 0)
+  redis.call('HINCRBY', key, 'rev', 1)
+  redis.call('HDEL', key, 'owner', 'expires')
+  redis.call('ZADD', KEYS[2], due, member)
+  redis.call('ZADD', prefix .. 'ready:' .. queue, due, member)
+  redis.call('SADD', KEYS[3], queue)
 end
-local due = ARGV[7]
-redis.call('HSET', key, 'rcpts', ARGV[6], 'next', due, 'attempts', ARGV[8], 'delay', ARGV[9], 'reclaims', 0)
-redis.call('HINCRBY', key, 'rev', 1)
-redis.call('HDEL', key, 'owner', 'expires')
-redis.call('ZADD', KEYS[2], due, member)
-redis.call('ZADD', prefix .. 'ready:' .. queue, due, member)
-redis.call('SADD', KEYS[3], queue)
+
+for i = 0, n - 1 do
+  local base = 12 + i * 10
+  local dsn, dsn_queue, dsn_due = ARGV[base], ARGV[base + 1], ARGV[base + 2]
+  local dsn_member = string.format('%016d', redis.call('INCR', KEYS[4])) .. ':' .. dsn
+  redis.call('HSET', prefix .. 'item:' .. dsn,
+    'id', dsn, 'member', dsn_member, 'queue', dsn_queue, 'next', dsn_due, 'created', ARGV[base + 3],
+    'sender', ARGV[base + 4], 'rcpts', ARGV[base + 5], 'size', ARGV[base + 6],
+    'mid', ARGV[base + 7], 'subject', ARGV[base + 8],
+    'attempts', 0, 'rev', 0, 'reclaims', 0, 'delay', 0)
+  redis.call('SET', prefix .. 'message:' .. dsn, ARGV[base + 9])
+  redis.call('ZADD', KEYS[2], dsn_due, dsn_member)
+  redis.call('ZADD', prefix .. 'ready:' .. dsn_queue, dsn_due, dsn_member)
+  redis.call('SADD', KEYS[3], dsn_queue)
+end
 return 1

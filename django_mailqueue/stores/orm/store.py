@@ -240,16 +240,41 @@ class OrmStore(QueueStore):
             with self._errors():
                 read = dialect.read(ids)
                 early = read, plan_completions(requests, read, dialect.recipients([row[0] for row in read]))
-        with self._write():
+        adding = sum(len(r.completion.dsns) for r in requests)
+        if adding and self.max_items is not None and not self._lock_row_made:
+            self._make_lock_row()
+        with self._write() as conn:
             locked = dialect.lock(ids)
-            if early is not None and lease_fields(early[0]) == lease_fields(locked):
+            full = self._no_room(adding)
+            planned = requests if full is None else [r for r in requests if not r.completion.dsns]
+            if full is None and early is not None and lease_fields(early[0]) == lease_fields(locked):
                 plan = early[1]
             else:
-                plan = plan_completions(requests, locked, dialect.recipients([row[0] for row in locked]))
+                plan = plan_completions(planned, locked, dialect.recipients([row[0] for row in locked]))
             if plan.dropped:
                 dialect.drop(plan.dropped)
             dialect.write_back(list(plan.kept.values()), plan.changed)
-        return plan.answers
+            for request, answer in zip(planned, plan.answers, strict=True):
+                # A completion's DSNs go in with its outcome, in this transaction: both or neither.
+                if request.completion.dsns and isinstance(answer, QueueItem):
+                    now = request.completion.now
+                    assert now is not None  # check_completion
+                    dialect.add_rows(conn, request.completion.dsns, now, to_micros(now))
+        if full is None:
+            return plan.answers
+        answers = iter(plan.answers)
+        return [full if r.completion.dsns else next(answers) for r in requests]
+
+    def _no_room(self, adding: int) -> QueueError | None:
+        """FULL when `adding` DSNs would take the queue past `max_items` (the requests carrying them then record
+        nothing); None when they fit, or there is no bound."""
+        if self.max_items is None or not adding:
+            return None
+        try:
+            self._check_room(adding)
+        except QueueError as exc:
+            return exc
+        return None
 
     @_own_write
     def reschedule(self, item_id: uuid.UUID, *, at: datetime, owner: str | None = None) -> bool:

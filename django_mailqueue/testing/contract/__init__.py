@@ -1,0 +1,49 @@
+"""The store contract suite: every promise of `QueueStore`, as pytest tests any store can run.
+
+Subclass `QueueStoreContract` in a test module and give it a `make_store`
+fixture returning a callable that builds a fresh, empty store::
+
+    class TestMyStore(QueueStoreContract):
+        @pytest.fixture
+        def make_store(self):
+            def make(max_items=None):
+                return MyStore({...}, max_items=max_items)
+            return make
+
+A store that can lose a message (to test the 5.3.0 flow) overrides
+`lose_message`. Thread tests call `end_thread()` in each thread they start;
+the default closes Django's database connections. Each part of the contract
+is a class of its own (`Adding`, `Leasing`, `Completing`, `CompletingWithDsns`,
+`Reading`), should a store want to run only some.
+"""
+
+from __future__ import annotations
+
+from .adding import Adding
+from .completing import Completing
+from .dsns import CompletingWithDsns
+from .leasing import Leasing
+from .reading import Reading
+from .support import LATER, NO, OK, T0, ContractBase, StoreFactory, at, new_item, outcome
+
+__all__ = [
+    "LATER",
+    "NO",
+    "OK",
+    "T0",
+    "Adding",
+    "Completing",
+    "CompletingWithDsns",
+    "ContractBase",
+    "Leasing",
+    "QueueStoreContract",
+    "Reading",
+    "StoreFactory",
+    "at",
+    "new_item",
+    "outcome",
+]
+
+
+class QueueStoreContract(Adding, Leasing, Completing, CompletingWithDsns, Reading):
+    """The promises of `QueueStore`, checked against the store `make_store` builds."""

@@ -1,0 +1,163 @@
+"""The contract on reading: messages, pages, counts, walks, the async twins, and whose clock counts."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from ...core.items import (
+    CompleteRequest,
+    Completion,
+    ItemQuery,
+    ItemState,
+    QueueItem,
+    RecipientState,
+)
+from ...stores.base import QueueStore
+from .support import LATER, T0, ContractBase, at, new_item, outcome
+
+
+class Reading(ContractBase):
+    """`read_messages`, `list`, `count`, `iter_items`, the async twins and `await_added`."""
+
+    def test_read_messages_gives_what_is_there(self, store: QueueStore) -> None:
+        one = store.add(new_item(message=b"one\x00\xff"), now=T0)
+        two = store.add(new_item(message=b"two"), now=T0)
+        lost = store.add(new_item(message=b"lost"), now=T0)
+        self.lose_message(store, lost.id)
+        found = store.read_messages([one.id, two.id, lost.id, uuid.uuid4()])
+        assert found == {one.id: b"one\x00\xff", two.id: b"two"}
+
+    # --- the async twins ---------------------------------------------------------------
+
+    @pytest.mark.asyncio
+    async def test_the_async_twins_keep_the_same_promises(self, store: QueueStore) -> None:
+        try:
+            added = await store.aadd_many([new_item(["a@x.org"], message=b"one"), new_item(["b@x.org"])], now=T0)
+            single = await store.aadd(new_item(["c@x.org"]), now=at(1))
+            assert await store.acount() == 3
+            assert await store.aget(single.id) == single
+            assert await store.aread_message(added[0].id) == b"one"
+            claimed = await store.aclaim(owner="w", now=at(2), lease_expires=at(60), limit=5)
+            assert [i.id for i in claimed] == [added[0].id, added[1].id, single.id]
+            assert await store.arenew([claimed[0].id], owner="w", lease_expires=at(90)) == [claimed[0].id]
+            assert set(await store.aread_messages([i.id for i in claimed])) == {i.id for i in claimed}
+            first, second, third = claimed
+            answers = await store.acomplete_many(
+                [
+                    CompleteRequest(
+                        first.id,
+                        "w",
+                        first.revision,
+                        Completion((outcome("a@x.org", RecipientState.DELIVERED),), next_attempt=at(5)),
+                    ),
+                    CompleteRequest(
+                        second.id,
+                        "w",
+                        second.revision,
+                        Completion((outcome("b@x.org", RecipientState.PENDING, LATER),), next_attempt=at(500)),
+                    ),
+                ]
+            )
+            assert isinstance(answers[0], QueueItem) and answers[0].done
+            assert isinstance(answers[1], QueueItem) and answers[1].next_attempt == at(500)
+            recorded = await store.acomplete(
+                third.id,
+                owner="w",
+                revision=third.revision,
+                completion=Completion((outcome("c@x.org", RecipientState.PENDING, LATER),), next_attempt=at(600)),
+            )
+            assert recorded is not None and recorded.attempts == 1
+            assert await store.areschedule(third.id, at=at(3)) is True
+            assert [i.id for i in await store.alist(ItemQuery(queue="default"))] == [third.id, second.id]
+            cancelled = await store.acancel(second.id)
+            assert cancelled is not None and await store.aget(second.id) is None
+        finally:
+            await store.aclose()
+
+    @pytest.mark.asyncio
+    async def test_an_idle_waiter_hears_an_add(self, store: QueueStore) -> None:
+        if not store.supports_wakeup:
+            pytest.skip(f"{type(store).__name__} does not wake idle workers; they poll")
+        try:
+            await store.await_added(0.05)  # set up whatever the store listens with
+            waiter = asyncio.ensure_future(store.await_added(10))
+            await asyncio.sleep(0.2)
+            await store.aadd(new_item(), now=T0)
+            assert await asyncio.wait_for(waiter, 10) is True
+        finally:
+            await store.aclose()
+
+    def test_a_lost_message_reads_as_none(self, store: QueueStore) -> None:
+        added = store.add(new_item(), now=T0)
+        self.lose_message(store, added.id)
+        assert store.get(added.id) is not None
+        assert store.read_message(added.id) is None
+
+    # --- list and count --------------------------------------------------------------
+
+    def test_list_pages_in_a_stable_order(self, store: QueueStore) -> None:
+        later = store.add(new_item(not_before=at(100)), now=T0).id
+        ids = [store.add(new_item(), now=T0).id for _ in range(7)]
+        pages = [store.list(offset=o, limit=3) for o in (0, 3, 6)]
+        assert [i.id for page in pages for i in page] == [*ids, later]
+        assert store.list(offset=0, limit=3) == pages[0]
+
+    def test_list_and_count_filter(self, store: QueueStore) -> None:
+        due = store.add(new_item(["ann@alpha.example"]), now=T0)
+        scheduled = store.add(new_item(["bob@beta.example"], not_before=at(1000)), now=T0)
+        deferred = store.add(new_item(["cat@Alpha.example", "dan@gamma.example"], queue="bulk"), now=T0)
+        leased = store.add(new_item(["eve@delta.example"], sender="boss@corp.example"), now=T0)
+        taken = store.claim(owner="w", now=T0, lease_expires=at(60), limit=3)
+        by_id = {i.id: i for i in taken}
+        assert set(by_id) == {due.id, deferred.id, leased.id}
+        store.complete(
+            deferred.id,
+            owner="w",
+            revision=by_id[deferred.id].revision,
+            completion=Completion((outcome("cat@Alpha.example", RecipientState.PENDING, LATER),), next_attempt=at(5)),
+        )
+        store.reschedule(due.id, at=T0, owner="w")
+        now = at(1)
+
+        def ids(query: ItemQuery) -> set[uuid.UUID]:
+            listed = {i.id for i in store.list(query, limit=100)}
+            assert store.count(query) == len(listed)
+            return listed
+
+        assert ids(ItemQuery(state=ItemState.DUE, now=now)) == {due.id}
+        assert ids(ItemQuery(state=ItemState.SCHEDULED, now=now)) == {scheduled.id}
+        assert ids(ItemQuery(state=ItemState.DEFERRED, now=now)) == {deferred.id}
+        assert ids(ItemQuery(state=ItemState.LEASED, now=now)) == {leased.id}
+        assert ids(ItemQuery(queue="bulk")) == {deferred.id}
+        assert ids(ItemQuery(domain="alpha.example")) == {due.id, deferred.id}
+        assert ids(ItemQuery(search="BOB")) == {scheduled.id}
+        assert ids(ItemQuery(search="corp.example")) == {leased.id}
+        assert ids(ItemQuery(domain="alpha.example", queue="default")) == {due.id}
+        assert store.count() == 4
+
+    def test_iter_items_walks_the_list_order_a_batch_at_a_time(self, store: QueueStore) -> None:
+        later = [store.add(new_item(["x@far.example"], not_before=at(100 + i)), now=T0).id for i in range(3)]
+        tied = [store.add(new_item([f"r{i}@{'odd' if i % 2 else 'even'}.example"]), now=T0).id for i in range(7)]
+        everything = [*tied, *later]
+        assert [i.id for i in store.list(limit=100)] == everything
+        for batch in (1, 2, 3, 10, 500):  # a batch boundary inside the items that share a next attempt, and none
+            assert [i.id for i in store.iter_items(batch=batch)] == everything
+            odd = [i.id for i in store.iter_items(ItemQuery(domain="odd.example"), batch=batch)]
+            assert odd == tied[1::2]
+        odd_query = ItemQuery(domain="odd.example")
+        assert [i.id for i in store.list(odd_query, offset=1, limit=2)] == tied[3:6:2]
+        assert list(store.iter_items(ItemQuery(queue="none-such"), batch=2)) == []
+
+    # --- the store keeps no clock ----------------------------------------------------------
+
+    def test_times_are_the_callers(self, store: QueueStore) -> None:
+        long_ago = datetime(1999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)
+        added = store.add(new_item(), now=long_ago)
+        assert added.created == long_ago
+        item = self.claim_one(store, now=long_ago, lease=0.000001)
+        assert item.lease_expires == long_ago + timedelta(microseconds=1)
+        assert store.claim(owner="w", now=long_ago, lease_expires=T0) == []
