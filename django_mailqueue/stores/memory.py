@@ -186,13 +186,6 @@ class MemoryStore(QueueStore):
             items = [item for _, item in self._items.values()]
         return sum(1 for item in items if query is None or matches(item, query))
 
-    # --- for tests: damage as a real store might suffer it ---------------------------
-
-    def lose_message(self, item_id: uuid.UUID) -> None:
-        """Drop an item's message but keep the item (a test of the 5.3.0 flow)."""
-        with self._lock:
-            self._messages.pop(item_id, None)
-
     # --- waking ---------------------------------------------------------------------
 
     async def await_added(self, timeout: float) -> bool:

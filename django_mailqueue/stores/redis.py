@@ -672,10 +672,6 @@ class RedisStore(QueueStore):
 
     # --- for tests: damage as a real store might suffer it ---------------------------------
 
-    def lose_message(self, item_id: uuid.UUID) -> None:
-        """Delete an item's message key but keep the item (a test of the 5.3.0 flow)."""
-        self._do(lambda client: client.execute_command("DEL", self.keys.message(item_id)))
-
     # --- waking idle workers -----------------------------------------------------------------
 
     async def await_added(self, timeout: float) -> bool:

@@ -20,7 +20,7 @@ from ...core.clock import to_micros
 from ...core.errors import Code, QueueError
 from ...core.items import CompleteRequest, Completion, ItemQuery, ItemState, NewItem, QueueItem, RecipientState
 from ...core.status import QueueSummary
-from ...models import QueuedItem, QueuedMessage, QueuedRecipient, QueueLock
+from ...models import QueuedItem, QueuedRecipient, QueueLock
 from ..base import QueueStore, check_completion, check_new_item, check_owner
 from .base import Dialect
 from .portable import PortableDialect, due, orm_recipients
@@ -412,12 +412,6 @@ class OrmStore(QueueStore):
             oldest = self._load(due(self.alias, None, now_us).order_by("next_attempt", "seq")[:1])
             summary.oldest_due = oldest[0][1] if oldest else None
         return summary
-
-    # --- for tests: damage as a real store might suffer it ---------------------------
-
-    def lose_message(self, item_id: uuid.UUID) -> None:
-        """Delete an item's message row but keep the item (a test of the 5.3.0 flow)."""
-        QueuedMessage.objects.using(self.alias).filter(item__id=item_id).delete()
 
     # --- waking ---------------------------------------------------------------------
 

@@ -10,8 +10,10 @@ fixture returning a callable that builds a fresh, empty store::
                 return MyStore({...}, max_items=max_items)
             return make
 
-A store that can lose a message (to test the 5.3.0 flow) overrides
-`lose_message`. Thread tests call `end_thread()` in each thread they start;
+To test the 5.3.0 flow the suite drops an item's message from outside the
+store (`testing.damage.lose_message`, which knows the package's stores); a
+store of your own overrides `lose_message(store, item_id)`, else that test
+is skipped. Thread tests call `end_thread()` in each thread they start;
 the default closes Django's database connections. Each part of the contract
 is a class of its own (`Adding`, `Leasing`, `Completing`, `CompletingWithDsns`,
 `Reading`), should a store want to run only some.
