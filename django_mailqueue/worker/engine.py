@@ -33,6 +33,7 @@ from ..stores.base import QueueStore
 from .batching import Batcher
 from .dsn import original_header_block
 from .events import tell
+from .flow import RECORD_LINGER, Flow
 from .log_limit import LogLimit
 from .record import AttemptOutcome, Record, decide
 
@@ -79,20 +80,6 @@ class _Retry:
 
 #: Messages up to this size are read in one call right after the claim; larger ones when their attempt starts.
 PREFETCH_SIZE = 256 * 1024
-
-#: Items claimed ahead of the free slots, in `CONCURRENCY`s: the larger the claims, the fewer claim
-#: transactions per message (one claim is made once half of them have started).
-PREFETCH_FACTOR = 3
-
-#: How long an outcome (or a history row) waits for others' company before its store call, while other
-#: attempts are still delivering — or until `RECORD_FILL` × `CONCURRENCY` of them are ready: fewer,
-#: larger batches cost far less CPU per message. The attempt's `CONCURRENCY` slot is already free by
-#: then, so the wait does not slow delivery.
-RECORD_LINGER = 0.05
-RECORD_FILL = 3
-#: Items whose outcomes are being recorded a worker holds at most, in `CONCURRENCY`s (beyond this
-#: it claims nothing more until the store catches up): two batches' worth, one lingering, one written.
-RECORDING_FACTOR = 2 * RECORD_FILL
 
 
 @dataclass
@@ -149,7 +136,8 @@ class Worker:
         self.owner = owner or default_owner()
         self.queues = list(queues) if queues else None
         self.concurrency = concurrency or settings.concurrency
-        self.prefetch = prefetch if prefetch is not None else PREFETCH_FACTOR * self.concurrency
+        self._flow = Flow.for_concurrency(self.concurrency, max_bytes=settings.max_bytes_in_flight, prefetch=prefetch)
+        self.prefetch = self._flow.prefetch
         self.once = once
         self.history = history
         self.rng = rng or random.Random()
@@ -160,26 +148,22 @@ class Worker:
         self._held: dict[uuid.UUID, _Attempt] = {}
         self._waiting: deque[_Attempt] = deque()
         self._running: set[asyncio.Task[None]] = set()
-        #: attempts in their SMTP part (at most `concurrency`), and those recording their outcome
-        self._delivering = 0
-        self._recording = 0
         #: set when a slot frees or an attempt ends: the loop may start or claim more
         self._changed = asyncio.Event()
         self._wake: asyncio.Task[bool] | None = None
-        self._bytes_in_flight = 0
         self._completions: Batcher[CompleteRequest, QueueItem | None | QueueError] = Batcher(
             self.store.acomplete_many,
             limit=100,
             linger=RECORD_LINGER,
-            more_coming=self._more_coming,
-            enough=RECORD_FILL * self.concurrency,
+            more_coming=lambda: self._flow.more_coming,
+            enough=self._flow.batch_enough,
         )
         self._history: Batcher[HistoryEntry, None] = Batcher(
             self._write_history,
             limit=500,
             linger=RECORD_LINGER,
-            more_coming=self._more_coming,
-            enough=RECORD_FILL * self.concurrency,
+            more_coming=lambda: self._flow.more_coming,
+            enough=self._flow.batch_enough,
         )
 
     @property
@@ -214,32 +198,13 @@ class Worker:
                 await self.history.aclose()
         return self.stats
 
-    def _more_coming(self) -> bool:
-        """Other attempts are delivering, so more outcomes will be ready soon."""
-        return self._delivering > 0
-
-    def _room(self) -> int:
-        """How many more items to claim: slots and prefetch not taken by items waiting or delivering —
-        and, however many outcomes are being recorded (a slow store), never more than `_hold_limit` held."""
-        busy = len(self._held) - self._recording
-        return min(self.concurrency + self.prefetch - busy, self._hold_limit - len(self._held))
-
-    @property
-    def _hold_limit(self) -> int:
-        """Items held at most: those delivering or claimed ahead, plus up to `RECORDING_FACTOR` × CONCURRENCY
-        whose outcomes are being recorded (each keeps a lease and a header block; a busy worker has up to
-        `RECORD_LINGER` of them waiting, and a batch being written)."""
-        return (1 + RECORDING_FACTOR) * self.concurrency + self.prefetch
-
     async def _loop(self) -> None:
         while not self._stopping.is_set():
             self._changed.clear()
             self._start_waiting()
-            room = self._room()
+            room = self._flow.room(len(self._held))
             claimed: list[QueueItem] = []
-            # Claim in batches (half the prefetch at least) unless nothing is left waiting:
-            # a claim per finished attempt would cost a store round trip per message.
-            if room > 0 and (not self._waiting or room >= max(1, self.prefetch // 2)):
+            if self._flow.claim_now(room, len(self._waiting)):
                 claimed = await self._claim(room)
                 self._start_waiting()
             if claimed:
@@ -275,20 +240,17 @@ class Worker:
         return claimed
 
     def _start_waiting(self) -> None:
-        while self._waiting and self._delivering < self.concurrency and not self._stopping.is_set():
+        while self._waiting and not self._stopping.is_set():
             attempt = self._waiting[0]
             if attempt.lost:
                 self._waiting.popleft()
                 continue
-            # Each message counts twice (as read, and as written to the socket); one that is
-            # larger than the whole budget still goes, alone.
-            cost = 2 * attempt.item.size
-            if self._bytes_in_flight and self._bytes_in_flight + cost > self.settings.max_bytes_in_flight:
+            cost = self._flow.cost(attempt.item.size)
+            if not self._flow.may_start(cost):
                 break
             self._waiting.popleft()
             attempt.cost = cost
-            self._bytes_in_flight += cost
-            self._delivering += 1
+            self._flow.start(cost)
             task = asyncio.create_task(self._attempt(attempt), name=f"mailqueue-attempt-{attempt.item.id}")
             attempt.task = task
             self._running.add(task)
@@ -303,9 +265,7 @@ class Worker:
         if attempt.recording:
             return
         attempt.recording = True
-        self._delivering -= 1
-        self._recording += 1
-        self._bytes_in_flight -= attempt.cost
+        self._flow.end_delivery(attempt.cost)
         attempt.cost, attempt.message = 0, None
         self._changed.set()
 
@@ -405,7 +365,7 @@ class Worker:
             if self._held.get(item.id) is attempt:
                 del self._held[item.id]
             self._end_delivery(attempt)
-            self._recording -= 1
+            self._flow.end_recording()
 
     async def _deliver_item(self, attempt: _Attempt) -> None:
         item = attempt.item

@@ -19,7 +19,7 @@ from django_mailqueue.stores.memory import MemoryStore
 from django_mailqueue.testing.damage import lose_message
 from django_mailqueue.testing.fakes import DELIVERED, GREYLISTED, REJECTED, ScriptedDeliverer
 from django_mailqueue.worker import Worker
-from django_mailqueue.worker.engine import RECORDING_FACTOR
+from django_mailqueue.worker.flow import RECORDING_FACTOR
 
 MESSAGE = b"From: a@example.com\r\nTo: b@example.org\r\nSubject: hi\r\nMessage-ID: <orig-1@example.com>\r\n\r\nbody\r\n"
 
@@ -422,7 +422,7 @@ async def test_a_slot_is_free_once_the_smtp_part_ends_while_the_outcome_waits_fo
             await asyncio.sleep(0.01)
         assert len(deliverer.calls) == 12
         assert store.recorded == 0
-        assert worker._delivering == 0 and worker._recording == 12
+        assert worker._flow.delivering == 0 and worker._flow.recording == 12
     finally:
         store.release.set()
     stats = await asyncio.wait_for(run, 5)
