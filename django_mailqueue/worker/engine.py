@@ -123,15 +123,15 @@ class Worker:
         rng: random.Random | None = None,
         prefetch: int | None = None,
         history: History | None = None,
+        close_store: bool = False,
     ) -> None:
         self.store = store
         self.settings = settings
         self.clock: Clock = clock or SystemClock()
         if deliverer is None:
-            from ..delivery import Deliverer
-            from ..delivery.smtp import CACHE_TIME, SmtpTransport
+            from .factory import smtp_deliverer
 
-            deliverer = Deliverer(settings, clock=self.clock, transport=SmtpTransport(cache_time=CACHE_TIME))
+            deliverer = smtp_deliverer(settings, clock=self.clock)
         self.deliverer = deliverer
         self.owner = owner or default_owner()
         self.queues = list(queues) if queues else None
@@ -140,6 +140,8 @@ class Worker:
         self.prefetch = self._flow.prefetch
         self.once = once
         self.history = history
+        #: close the store (`aclose`) when the run ends: the worker was built for it (`build_worker`)
+        self.close_store = close_store
         self.rng = rng or random.Random()
         self.stats = WorkerStats()
         #: the WARNINGs of delivery problems: one per destination, problem and minute
@@ -196,6 +198,8 @@ class Worker:
             await self.deliverer.aclose()
             if self.history is not None:
                 await self.history.aclose()
+            if self.close_store:
+                await self.store.aclose()
         return self.stats
 
     async def _loop(self) -> None:

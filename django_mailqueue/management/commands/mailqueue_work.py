@@ -12,13 +12,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from ...conf import get_settings
 from ...core.errors import QueueError
-from ...history import History, history_alias
-from ...stores import get_store
-from ...worker import Worker
-from ...worker.engine import WorkerStats
-from ...worker.memory import release_large_buffers
+from ...worker import Worker, WorkerStats, build_worker
 from ..options import positive
 
 
@@ -45,11 +40,6 @@ class Command(BaseCommand):
         parser.add_argument("--owner", default=None, help="this worker's name in leases (default: host:pid:random)")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        try:
-            settings = get_settings()
-            store = get_store()
-        except QueueError as exc:
-            raise CommandError(str(exc)) from None
         verbosity = int(options["verbosity"])
         if verbosity >= 2:
             package_logger = logging.getLogger("django_mailqueue")
@@ -58,22 +48,20 @@ class Command(BaseCommand):
                 handler = logging.StreamHandler(sys.stderr)
                 handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
                 package_logger.addHandler(handler)
-        release_large_buffers()
-        history = None
-        if settings.history_days > 0:
-            history = History(history_alias(store))
-        worker = Worker(
-            store=store,
-            settings=settings,
-            owner=options["owner"],
-            queues=options["queues"],
-            concurrency=options["concurrency"],
-            once=options["once"],
-            history=history,
-        )
+        try:
+            # A process that runs a worker: its freed message buffers go back to the system.
+            worker = build_worker(
+                owner=options["owner"],
+                queues=options["queues"],
+                concurrency=options["concurrency"],
+                once=options["once"],
+                release_memory=True,
+            )
+        except QueueError as exc:
+            raise CommandError(str(exc)) from None
         if verbosity >= 1:
             self.stderr.write(
-                f"mailqueue: worker {worker.owner} on {type(store).__name__}, queues "
+                f"mailqueue: worker {worker.owner} on {type(worker.store).__name__}, queues "
                 f"{','.join(worker.queues) if worker.queues else 'all'}, concurrency {worker.concurrency}"
                 + (", once" if worker.once else "")
             )
@@ -112,7 +100,6 @@ class Command(BaseCommand):
         finally:
             if progress is not None:
                 progress.cancel()
-            await worker.store.aclose()
 
     async def _progress(self, worker: Worker) -> None:
         while True:

@@ -1,0 +1,65 @@
+"""Building a ready worker from settings: the store, the SMTP stack and the history, wired once."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from ..conf import QueueSettings, get_settings
+from ..core.clock import Clock, SystemClock
+from ..history import History, history_alias
+from ..stores import get_store
+from ..stores.base import QueueStore
+from .engine import Worker
+from .memory import release_large_buffers
+
+if TYPE_CHECKING:
+    from ..delivery import Deliverer
+
+
+def smtp_deliverer(settings: QueueSettings, *, clock: Clock | None = None) -> Deliverer:
+    """The delivery stack of `settings`: routes, MX lookups, SMTP sessions cached between attempts."""
+    from ..delivery import Deliverer
+    from ..delivery.smtp import CACHE_TIME, SmtpTransport
+
+    return Deliverer(settings, clock=clock or SystemClock(), transport=SmtpTransport(cache_time=CACHE_TIME))
+
+
+def build_worker(
+    *,
+    settings: QueueSettings | None = None,
+    store: QueueStore | None = None,
+    owner: str | None = None,
+    queues: Sequence[str] | None = None,
+    concurrency: int | None = None,
+    once: bool = False,
+    release_memory: bool = False,
+) -> Worker:
+    """A worker ready to `run()`, as `manage.py mailqueue_work` runs it.
+
+    `settings` and `store` default to the project's (`MAILQUEUE`, `get_store()`). The
+    worker delivers over SMTP, writes the delivery history when `HISTORY_DAYS` > 0, and
+    closes the store (its connections, not its data) when its run ends, so a run in a
+    fresh event loop — a Celery task's `asyncio.run()` — leaves nothing bound to it.
+
+    `release_memory=True` fixes glibc's mmap threshold for the whole process (see
+    `worker.memory.release_large_buffers`): right for a process that runs a worker and
+    nothing else, as the command does; leave it off inside a web or Celery process
+    unless you want it there too. Raises `QueueError` for bad settings.
+    """
+    settings = settings if settings is not None else get_settings()
+    store = store if store is not None else get_store()
+    if release_memory:
+        release_large_buffers()
+    history = History(history_alias(store)) if settings.history_days > 0 else None
+    return Worker(
+        store=store,
+        settings=settings,
+        deliverer=smtp_deliverer(settings),
+        owner=owner,
+        queues=queues,
+        concurrency=concurrency,
+        once=once,
+        history=history,
+        close_store=True,
+    )
