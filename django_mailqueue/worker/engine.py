@@ -12,8 +12,8 @@ import uuid
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Literal
 
 from .. import signals
 from ..conf import QueueSettings
@@ -25,61 +25,22 @@ from ..core.items import (
     QueueItem,
     RecipientOutcome,
     RecipientState,
-    Reply,
     apply_completion,
 )
 from ..history import History, HistoryEntry
 from ..stores.base import QueueStore
+from .attempt import PREFETCH_SIZE, Attempt, AttemptDeliverer, Retry
 from .batching import Batcher
 from .dsn import original_header_block
 from .events import tell
 from .flow import RECORD_LINGER, Flow
 from .log_limit import LogLimit
-from .record import AttemptOutcome, Record, decide
+from .record import AttemptOutcome, Record, decide, message_lost, reclaimed_too_often
 
 if TYPE_CHECKING:
-    from ..delivery import AttemptResult
+    pass
 
 logger = logging.getLogger("django_mailqueue")
-
-UNREADABLE = Reply(None, "5.3.0", "Message unreadable: the queue store holds the item but not its message")
-
-
-class AttemptDeliverer(Protocol):
-    """What the worker needs of the delivery layer (`django_mailqueue.delivery.Deliverer`)."""
-
-    async def deliver(self, sender: str, recipients: Sequence[str], message: bytes) -> AttemptResult: ...
-
-    async def aclose(self) -> None: ...
-
-
-@dataclass
-class _Attempt:
-    item: QueueItem
-    task: asyncio.Task[None] | None = None
-    lost: bool = False
-    #: the message, when it was read with the claim (small messages are)
-    message: bytes | None = None
-    prefetched: bool = False
-    #: bytes counted against MAX_BYTES_IN_FLIGHT while the attempt runs
-    cost: int = 0
-    #: when the lease ends, as last claimed or renewed
-    lease_expires: datetime | None = None
-    #: the SMTP part is over and its slot free: the outcome is being recorded
-    recording: bool = False
-
-
-@dataclass
-class _Retry:
-    """A store write tried again while the store is out of reach and the lease holds."""
-
-    delay: float = 0.2
-    #: the outage was told — and an earlier try may have been applied, its answer lost
-    told: bool = False
-
-
-#: Messages up to this size are read in one call right after the claim; larger ones when their attempt starts.
-PREFETCH_SIZE = 256 * 1024
 
 
 @dataclass
@@ -147,8 +108,8 @@ class Worker:
         #: the WARNINGs of delivery problems: one per destination, problem and minute
         self._warnings = LogLimit()
         self._stopping = asyncio.Event()
-        self._held: dict[uuid.UUID, _Attempt] = {}
-        self._waiting: deque[_Attempt] = deque()
+        self._held: dict[uuid.UUID, Attempt] = {}
+        self._waiting: deque[Attempt] = deque()
         self._running: set[asyncio.Task[None]] = set()
         #: set when a slot frees or an attempt ends: the loop may start or claim more
         self._changed = asyncio.Event()
@@ -227,7 +188,7 @@ class Worker:
             await self._error(exc, None)
             await self._sleep(min(5.0, self.settings.poll_interval))
             return []
-        attempts = [_Attempt(item) for item in claimed]
+        attempts = [Attempt(item) for item in claimed]
         for attempt in attempts:
             self.stats.claimed += 1
             self._held[attempt.item.id] = attempt
@@ -264,7 +225,7 @@ class Worker:
         self._running.discard(task)
         self._changed.set()
 
-    def _end_delivery(self, attempt: _Attempt) -> None:
+    def _end_delivery(self, attempt: Attempt) -> None:
         """The attempt's SMTP part is over: free its slot and its bytes; its outcome is recorded next."""
         if attempt.recording:
             return
@@ -305,7 +266,7 @@ class Worker:
             except QueueError as exc:
                 await self._error(exc, attempt.item.id)
 
-    async def _give_back_later(self, attempt: _Attempt, *, seconds: float) -> None:
+    async def _give_back_later(self, attempt: Attempt, *, seconds: float) -> None:
         """Let go of an item without an attempt counted, due again in `seconds`."""
         try:
             await self.store.areschedule(
@@ -335,7 +296,7 @@ class Worker:
                 if item_id not in held and attempt is not None and not attempt.lost:
                     await self._lose(attempt, "its lease was not renewed: another worker holds it, or it is gone")
 
-    async def _lose(self, attempt: _Attempt, why: str) -> None:
+    async def _lose(self, attempt: Attempt, why: str) -> None:
         attempt.lost = True
         self.stats.leases_lost += 1
         if attempt.task is not None and not attempt.task.done():
@@ -352,7 +313,7 @@ class Worker:
 
     # --- one attempt ----------------------------------------------------------------
 
-    async def _attempt(self, attempt: _Attempt) -> None:
+    async def _attempt(self, attempt: Attempt) -> None:
         item = attempt.item
         try:
             await self._deliver_item(attempt)
@@ -371,18 +332,13 @@ class Worker:
             self._end_delivery(attempt)
             self._flow.end_recording()
 
-    async def _deliver_item(self, attempt: _Attempt) -> None:
+    async def _deliver_item(self, attempt: Attempt) -> None:
         item = attempt.item
         pending = item.pending
         if not pending:
             return
         if item.reclaims > self.settings.max_reclaims:
-            reply = Reply(
-                None,
-                "5.4.0",
-                f"the item was reclaimed {item.reclaims} times without an outcome: each attempt lost its worker",
-            )
-            outcomes = tuple(RecipientOutcome(r.address, RecipientState.FAILED, reply) for r in pending)
+            outcomes = reclaimed_too_often(item)
             original = attempt.message if attempt.prefetched else await self.store.aread_message(item.id)
             headers = self._end_delivery_keeping_headers(attempt, outcomes, original)
             await self._record(attempt, AttemptOutcome(outcomes, headers=headers))
@@ -397,7 +353,7 @@ class Worker:
         if message is None:
             if gone:
                 return  # cancelled, or finished by another worker: nothing to do
-            outcomes = tuple(RecipientOutcome(r.address, RecipientState.FAILED, UNREADABLE) for r in pending)
+            outcomes = message_lost(item)
             self._end_delivery(attempt)
             await self._record(attempt, AttemptOutcome(outcomes, message_lost=True))
             return
@@ -415,7 +371,7 @@ class Worker:
         )
 
     def _end_delivery_keeping_headers(
-        self, attempt: _Attempt, outcomes: Sequence[RecipientOutcome], original: bytes | None
+        self, attempt: Attempt, outcomes: Sequence[RecipientOutcome], original: bytes | None
     ) -> bytes | None:
         """End the attempt's SMTP part; of its message keep only the header block a DSN may quote
         (when some recipient did not get it), so no message body waits for the record."""
@@ -426,7 +382,7 @@ class Worker:
             return None
         return original_header_block(original)
 
-    async def _record(self, attempt: _Attempt, outcome: AttemptOutcome) -> None:
+    async def _record(self, attempt: Attempt, outcome: AttemptOutcome) -> None:
         """Write what `outcome` means (history rows, then the completion with its DSNs in one store
         call) and tell it. A crash before the completion leaves the attempt unrecorded, and no DSN."""
         item = attempt.item
@@ -474,11 +430,11 @@ class Worker:
                 logger.info("dsn item=%s kind=%s dsn=%s to=<%s>", item.id, note.kind, note.item.id, item.sender)
         await tell(type(self.store), record.events(with_dsns=with_dsns))
 
-    async def _complete(self, attempt: _Attempt, record: Record) -> tuple[QueueItem | None | Literal[False], Record]:
+    async def _complete(self, attempt: Attempt, record: Record) -> tuple[QueueItem | None | Literal[False], Record]:
         """Record the outcome with its DSNs; while the store is out of reach, try again as long as the
         lease holds. When the queue has no room for the DSNs, DSN_FAILED is told and the outcome recorded
         without them. False when nothing could be recorded (the error is told)."""
-        item, retry = attempt.item, _Retry()
+        item, retry = attempt.item, Retry()
         while True:
             completion = record.completion
             try:
@@ -509,7 +465,7 @@ class Worker:
                     await self._lease_ran_out(attempt)
                 return False, record
 
-    async def _lease_ran_out(self, attempt: _Attempt) -> None:
+    async def _lease_ran_out(self, attempt: Attempt) -> None:
         """The store stayed out of reach until the attempt's lease ran out (or was about to): nothing
         is recorded and another attempt delivers the item again — LEASE_LOST, as for a stalled worker."""
         if attempt.lost:
@@ -527,7 +483,7 @@ class Worker:
             item_id,
         )
 
-    async def _pause_to_retry(self, attempt: _Attempt, exc: QueueError, retry: _Retry) -> bool:
+    async def _pause_to_retry(self, attempt: Attempt, exc: QueueError, retry: Retry) -> bool:
         """After a failed store write: when the store is out of reach and the lease will still hold
         after the pause, tell the outage (once), pause (doubling up to 2 s) and say True."""
         lease = attempt.lease_expires or attempt.item.lease_expires

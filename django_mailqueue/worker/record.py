@@ -12,7 +12,7 @@ from typing import Any
 from .. import signals
 from ..conf import QueueSettings
 from ..core.errors import Code, QueueError
-from ..core.items import Completion, NewItem, QueueItem, Recipient, RecipientOutcome, RecipientState
+from ..core.items import Completion, NewItem, QueueItem, Recipient, RecipientOutcome, RecipientState, Reply
 from ..history import HistoryEntry
 from .dsn import DsnKind, DsnReport, build_dsn
 from .events import Event
@@ -167,6 +167,21 @@ def decide(
         replies_lost=tuple(_reply_lost(item.id, address) for address in sorted(outcome.possibly_delivered)),
         recorded_at=now,
     )
+
+
+UNREADABLE = Reply(None, "5.3.0", "Message unreadable: the queue store holds the item but not its message")
+
+
+def message_lost(item: QueueItem) -> tuple[RecipientOutcome, ...]:
+    """The store holds the item but not its message: every pending recipient fails (5.3.0)."""
+    return tuple(RecipientOutcome(r.address, RecipientState.FAILED, UNREADABLE) for r in item.pending)
+
+
+def reclaimed_too_often(item: QueueItem) -> tuple[RecipientOutcome, ...]:
+    """Past `MAX_RECLAIMS` (each attempt lost its worker): every pending recipient fails (5.4.0)."""
+    why = f"the item was reclaimed {item.reclaims} times without an outcome: each attempt lost its worker"
+    reply = Reply(None, "5.4.0", why)
+    return tuple(RecipientOutcome(r.address, RecipientState.FAILED, reply) for r in item.pending)
 
 
 def _as_kept(outcome: RecipientOutcome) -> Recipient:
