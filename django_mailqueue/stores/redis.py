@@ -2,95 +2,41 @@
 
 from __future__ import annotations
 
-import asyncio
 import builtins
-import contextlib
 import functools
 import io
-import json
 import logging
-import threading
 import uuid
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeVar
-from urllib.parse import urlsplit
+from typing import Any
 
 import redis
-import redis.asyncio
-import redis.asyncio.client
 
-from ..core.clock import from_micros, to_micros
+from ..core.clock import to_micros
 from ..core.errors import Code, QueueError
-from ..core.items import (
-    CompleteRequest,
-    Completion,
-    ItemQuery,
-    NewItem,
-    QueueItem,
-    Recipient,
-    RecipientState,
-    Reply,
-    apply_completion,
-    matches,
-)
-from ..core.masking import SecretMask
+from ..core.items import CompleteRequest, Completion, ItemQuery, NewItem, QueueItem, apply_completion, matches
 from . import redis_connection as conn
 from . import redis_scripts as scripts
 from .base import READ_CHUNK, QueueStore, check_completion, check_new_item, check_owner
+from .redis_clients import AsyncClient, RedisClients, SyncClient, T
+from .redis_layout import (
+    LAYOUT_VERSION,
+    Keys,
+    as_added,
+    bytes_or_none,
+    dump_recipients,
+    item_args,
+    text,
+    to_item,
+    to_item_or_none,
+)
 
 logger = logging.getLogger("django_mailqueue.stores.redis")
 
-#: What `<prefix>schema` holds: the layout of the keys below, version 1.
-LAYOUT_VERSION = "django-mailqueue:1"
 #: Items `list` and `count` read per script call when they filter.
 SCAN_PAGE = 500
-
-T = TypeVar("T")
-SyncClient = redis.Redis  # the generic parameters are the stubs' only
-AsyncClient = redis.asyncio.Redis
-
-
-@dataclass(frozen=True)
-class Keys:
-    """The names of a queue's keys under its prefix (see docs/redis.md)."""
-
-    prefix: str
-
-    @property
-    def schema(self) -> str:
-        return f"{self.prefix}schema"
-
-    @property
-    def seq(self) -> str:
-        return f"{self.prefix}seq"
-
-    @property
-    def items(self) -> str:
-        return f"{self.prefix}items"
-
-    @property
-    def leases(self) -> str:
-        return f"{self.prefix}leases"
-
-    @property
-    def queues(self) -> str:
-        return f"{self.prefix}queues"
-
-    @property
-    def wakeup(self) -> str:
-        """The pub/sub channel an add publishes to."""
-        return f"{self.prefix}wakeup"
-
-    def item(self, item_id: uuid.UUID | str) -> str:
-        return f"{self.prefix}item:{item_id}"
-
-    def message(self, item_id: uuid.UUID | str) -> str:
-        return f"{self.prefix}message:{item_id}"
-
-    def ready(self, queue: str) -> str:
-        return f"{self.prefix}ready:{queue}"
 
 
 @dataclass(frozen=True)
@@ -119,23 +65,14 @@ class RedisStore(QueueStore):
         self.key_prefix: str = self.options.get("key_prefix", conn.DEFAULT_PREFIX)
         self.keys = Keys(self.key_prefix)
         self.on_commit: bool = bool(self.options.get("on_commit", False))
-        self._timeout = float(self.options.get("socket_timeout", conn.DEFAULT_SOCKET_TIMEOUT))
-        self._url: str | None = self.options.get("url")
-        self._cache: str | None = self.options.get("cache")
-        self._password: str | None = self.options.get("password")
-        self._mask = SecretMask(self._password)
-        if self._url is not None:
-            self._mask = self._mask.adding(urlsplit(self._url).password)
-            self.place = conn.where(self._url)
-        else:
-            self.place = f"the server of cache {self._cache!r}"
-        self._lock = threading.Lock()
-        self._client: SyncClient[bytes] | None = None
-        self._owns_client = False
-        self._async_settings: tuple[dict[str, Any], type[Any]] | None = None
-        self._async: tuple[asyncio.AbstractEventLoop, AsyncClient[bytes]] | None = None
-        self._pubsub: redis.asyncio.client.PubSub | None = None
-        self._ready = False
+        self._clients = RedisClients(
+            self.keys,
+            url=self.options.get("url"),
+            cache=self.options.get("cache"),
+            password=self.options.get("password"),
+            timeout=float(self.options.get("socket_timeout", conn.DEFAULT_SOCKET_TIMEOUT)),
+        )
+        self.place = self._clients.place
 
     @classmethod
     def check_options(cls, options: Mapping[str, Any]) -> builtins.list[str]:
@@ -147,129 +84,26 @@ class RedisStore(QueueStore):
     # --- connections ------------------------------------------------------------------
 
     def _sync_client(self) -> SyncClient[bytes]:
-        client = self._client
-        if client is not None:
-            return client
-        with self._lock:
-            if self._client is None:
-                if self._url is not None:
-                    self._client = conn.sync_client_from_url(self._url, self._timeout, self._password)
-                    self._owns_client = True
-                else:
-                    assert self._cache is not None
-                    cached = conn.cache_clients(self._cache, self._timeout)
-                    self._mask = self._mask.adding(cached.password)
-                    self._async_settings = (cached.async_settings, cached.async_class)
-                    self._client = cached.client
-                    self._owns_client = cached.owned
-            return self._client
-
-    def _async_client(self) -> AsyncClient[bytes]:
-        loop = asyncio.get_running_loop()
-        current = self._async
-        if current is not None and current[0] is loop:
-            return current[1]
-        # An asyncio client belongs to the loop it connected on: a store used from a
-        # new loop gets a new client (the worker's loop is one for its whole run).
-        if self._url is not None:
-            client = conn.async_client_from_url(self._url, self._timeout, self._password)
-        else:
-            if self._async_settings is None:
-                self._sync_client()
-            assert self._async_settings is not None
-            client = conn.async_client_from_settings(*self._async_settings)
-        self._async = (loop, client)
-        self._pubsub = None
-        return client
+        return self._clients.sync()
 
     def _do(self, work: Callable[[SyncClient[bytes]], T]) -> T:
-        """Run `work` on the sync client: the prefix checked first, Redis's errors as `QueueError`s."""
-        try:
-            client = self._sync_client()
-            if not self._ready:
-                self._check_schema(scripts.SCHEMA.run(client, [self.keys.schema], [LAYOUT_VERSION]))
-                with contextlib.suppress(redis.RedisError):
-                    self._note_policy(client.execute_command("CONFIG", "GET", "maxmemory-policy"))
-            return work(client)
-        except QueueError:
-            raise
-        except (redis.RedisError, OSError) as exc:
-            raise conn.translate(exc, self._mask, self.place) from None
+        return self._clients.do(work)
 
     async def _ado(self, work: Callable[[AsyncClient[bytes]], Awaitable[T]]) -> T:
-        try:
-            client = self._async_client()
-            if not self._ready:
-                self._check_schema(await scripts.SCHEMA.arun(client, [self.keys.schema], [LAYOUT_VERSION]))
-                with contextlib.suppress(redis.RedisError):
-                    self._note_policy(await client.execute_command("CONFIG", "GET", "maxmemory-policy"))  # type: ignore[no-untyped-call]
-            return await work(client)
-        except QueueError:
-            raise
-        except (redis.RedisError, OSError) as exc:
-            raise conn.translate(exc, self._mask, self.place) from None
+        return await self._clients.ado(work)
 
     def maxmemory_policy(self) -> str | None:
         """The server's `maxmemory-policy`; None when the store's user may not run `CONFIG GET`.
 
         Raises `STORE_UNAVAILABLE` when Redis cannot be reached.
         """
-        try:
-            reply = self._sync_client().execute_command("CONFIG", "GET", "maxmemory-policy")
-        except redis.exceptions.NoPermissionError:
-            return None
-        except (redis.RedisError, OSError) as exc:
-            raise conn.translate(exc, self._mask, self.place) from None
-        return _policy(reply)
-
-    def _note_policy(self, reply: Any) -> None:
-        policy = _policy(reply)
-        if policy is not None and policy != "noeviction":
-            logger.warning(
-                "the Redis server of the queue (%s) runs with maxmemory-policy %r: when full it evicts queued "
-                "items and messages; use noeviction (mailqueue.W001)",
-                self.place,
-                policy,
-            )
-
-    def _check_schema(self, found: Any) -> None:
-        kind, value = (_text(part) for part in found)
-        if kind == "string" and value == LAYOUT_VERSION:
-            self._ready = True
-            return
-        held = f"{value[:60]!r}" if kind == "string" else f"a key of type {kind}"
-        raise self._foreign(held)
-
-    def _foreign(self, held: str) -> QueueError:
-        return QueueError(
-            Code.INVALID_OPTION,
-            f"key_prefix {self.key_prefix!r} on {self.place} is another application's: {self.keys.schema} holds "
-            f"{held}, not this store's layout version {LAYOUT_VERSION!r}; give the store a key_prefix of its own",
-        )
+        return self._clients.maxmemory_policy()
 
     def close(self) -> None:
-        with self._lock:
-            client, self._client = self._client, None
-            owned, self._owns_client = self._owns_client, False
-            current, self._async = self._async, None
-            pubsub, self._pubsub = self._pubsub, None
-        if current is not None:
-            loop, aclient = current
-            if not loop.is_closed() and not loop.is_running():
-                loop.run_until_complete(_close_async(aclient, pubsub))
-        if client is not None and owned:
-            client.close()
+        self._clients.close()
 
     async def aclose(self) -> None:
-        current, self._async = self._async, None
-        pubsub, self._pubsub = self._pubsub, None
-        if current is not None and current[0] is asyncio.get_running_loop():
-            await _close_async(current[1], pubsub)
-        with self._lock:
-            client, self._client = self._client, None
-            owned, self._owns_client = self._owns_client, False
-        if client is not None and owned:
-            client.close()
+        await self._clients.aclose()
 
     # --- adding -------------------------------------------------------------------------
 
@@ -287,21 +121,21 @@ class RedisStore(QueueStore):
         ]
         added = []
         for new in items:
-            item = _as_added(new, now, now_us)
-            args += _item_args(new, item, now_us)
+            item = as_added(new, now, now_us)
+            args += item_args(new, item, now_us)
             added.append(item)
         keys = (self.keys.schema, self.keys.seq, self.keys.items, self.keys.queues)
         return _AddPlan(keys, tuple(args), tuple(added))
 
     def _added(self, plan: _AddPlan, reply: Any) -> builtins.list[QueueItem]:
-        outcome = [_text(part) for part in reply]
+        outcome = [text(part) for part in reply]
         if outcome[0] == "full":
             raise QueueError(Code.FULL, f"the queue holds {outcome[1]} items; MAX_ITEMS is {self.max_items}")
         if outcome[0] == "duplicate":
             raise QueueError(Code.INVALID, f"an item with id {outcome[1]} is queued already")
         if outcome[0] == "schema":
-            self._ready = False
-            raise self._foreign(outcome[1])
+            self._clients.ready = False
+            raise self._clients.foreign(outcome[1])
         return list(plan.added)
 
     def add_many(self, items: Sequence[NewItem], *, now: datetime) -> builtins.list[QueueItem]:
@@ -364,7 +198,7 @@ class RedisStore(QueueStore):
         call = self._claim_args(owner, now, lease_expires, queues, limit)
         if call is None:
             return []
-        return self._do(lambda client: [_to_item(raw) for raw in scripts.CLAIM.run(client, *call)])
+        return self._do(lambda client: [to_item(raw) for raw in scripts.CLAIM.run(client, *call)])
 
     async def aclaim(
         self, *, owner: str, now: datetime, lease_expires: datetime, queues: Sequence[str] | None = None, limit: int = 1
@@ -374,7 +208,7 @@ class RedisStore(QueueStore):
             return []
 
         async def work(client: AsyncClient[bytes]) -> builtins.list[QueueItem]:
-            return [_to_item(raw) for raw in await scripts.CLAIM.arun(client, *call)]
+            return [to_item(raw) for raw in await scripts.CLAIM.arun(client, *call)]
 
         return await self._ado(work)
 
@@ -384,7 +218,7 @@ class RedisStore(QueueStore):
 
     @staticmethod
     def _renewed(ids: Sequence[uuid.UUID], reply: Any) -> builtins.list[uuid.UUID]:
-        held = {_text(raw) for raw in reply}
+        held = {text(raw) for raw in reply}
         return [item_id for item_id in ids if str(item_id) in held]
 
     def renew(self, ids: Sequence[uuid.UUID], *, owner: str, lease_expires: datetime) -> builtins.list[uuid.UUID]:
@@ -413,7 +247,7 @@ class RedisStore(QueueStore):
         """The item after `completion` and the script's arguments; None when the item is gone."""
         if not raw:
             return None
-        before = _to_item(raw)
+        before = to_item(raw)
         if before.owner != owner or before.revision != revision:
             raise _lease_lost(item_id, owner)
         after = apply_completion(before, completion)
@@ -423,7 +257,7 @@ class RedisStore(QueueStore):
         else:
             args += [
                 "record",
-                _dump_recipients(after.recipients),
+                dump_recipients(after.recipients),
                 str(to_micros(after.next_attempt)),
                 str(after.attempts),
                 "1" if after.delay_warned else "0",
@@ -433,7 +267,7 @@ class RedisStore(QueueStore):
             assert completion.now is not None  # check_completion
             now_us = to_micros(completion.now)
             for dsn in completion.dsns:
-                args += _item_args(dsn, _as_added(dsn, completion.now, now_us), now_us)
+                args += item_args(dsn, as_added(dsn, completion.now, now_us), now_us)
         return after, args
 
     def _completed(self, item_id: uuid.UUID, owner: str, after: QueueItem, reply: Any) -> QueueItem | None:
@@ -554,25 +388,25 @@ class RedisStore(QueueStore):
     def cancel(self, item_id: uuid.UUID) -> QueueItem | None:
         keys = [self.keys.leases, self.keys.items]
         args = [self.key_prefix, str(item_id)]
-        return self._do(lambda client: _to_item_or_none(scripts.CANCEL.run(client, keys, args)))
+        return self._do(lambda client: to_item_or_none(scripts.CANCEL.run(client, keys, args)))
 
     async def acancel(self, item_id: uuid.UUID) -> QueueItem | None:
         keys = [self.keys.leases, self.keys.items]
         args: builtins.list[scripts.Arg] = [self.key_prefix, str(item_id)]
 
         async def work(client: AsyncClient[bytes]) -> QueueItem | None:
-            return _to_item_or_none(await scripts.CANCEL.arun(client, keys, args))
+            return to_item_or_none(await scripts.CANCEL.arun(client, keys, args))
 
         return await self._ado(work)
 
     # --- reading --------------------------------------------------------------------------
 
     def get(self, item_id: uuid.UUID) -> QueueItem | None:
-        return self._do(lambda client: _to_item_or_none(_hgetall(client, self.keys.item(item_id))))
+        return self._do(lambda client: to_item_or_none(_hgetall(client, self.keys.item(item_id))))
 
     async def aget(self, item_id: uuid.UUID) -> QueueItem | None:
         async def work(client: AsyncClient[bytes]) -> QueueItem | None:
-            return _to_item_or_none(await _ahgetall(client, self.keys.item(item_id)))
+            return to_item_or_none(await _ahgetall(client, self.keys.item(item_id)))
 
         return await self._ado(work)
 
@@ -600,7 +434,7 @@ class RedisStore(QueueStore):
         def work(client: SyncClient[bytes]) -> bytes | None:
             size = int(client.execute_command("STRLEN", key))
             if size <= READ_CHUNK:
-                return _bytes_or_none(client.execute_command("GET", key))
+                return bytes_or_none(client.execute_command("GET", key))
             message = io.BytesIO()
             for start in range(0, size, READ_CHUNK):
                 part = client.execute_command("GETRANGE", key, start, start + READ_CHUNK - 1)
@@ -617,7 +451,7 @@ class RedisStore(QueueStore):
         async def work(client: AsyncClient[bytes]) -> bytes | None:
             size = int(await client.execute_command("STRLEN", key))  # type: ignore[no-untyped-call]
             if size <= READ_CHUNK:
-                return _bytes_or_none(await client.execute_command("GET", key))  # type: ignore[no-untyped-call]
+                return bytes_or_none(await client.execute_command("GET", key))  # type: ignore[no-untyped-call]
             message = io.BytesIO()
             for start in range(0, size, READ_CHUNK):
                 part = await client.execute_command("GETRANGE", key, start, start + READ_CHUNK - 1)  # type: ignore[no-untyped-call]
@@ -632,7 +466,7 @@ class RedisStore(QueueStore):
         """Items at ranks `first` to `first + count - 1` of the list order, and how many there are."""
         args: builtins.list[scripts.Arg] = [self.key_prefix, str(first), str(first + count - 1)]
         total, page = self._do(lambda client: scripts.PAGE.run(client, [self.keys.items], args))
-        return int(total), [_to_item(raw) for raw in page]
+        return int(total), [to_item(raw) for raw in page]
 
     def list(self, query: ItemQuery | None = None, *, offset: int = 0, limit: int = 100) -> builtins.list[QueueItem]:
         if limit <= 0:
@@ -670,155 +504,11 @@ class RedisStore(QueueStore):
             if first >= total:
                 return
 
-    # --- for tests: damage as a real store might suffer it ---------------------------------
-
     # --- waking idle workers -----------------------------------------------------------------
 
     async def await_added(self, timeout: float) -> bool:
-        """Wait for an add's message on `<prefix>wakeup`; True once one came.
-
-        The subscription is made by the first call and kept, so an add between
-        two calls is not missed: the next call returns True at once. When Redis
-        cannot be reached, the call sleeps out the timeout (the worker polls).
-        """
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + max(timeout, 0.0)
-        try:
-            pubsub = await self._subscription()
-            woke = False
-            while True:
-                wait = 0.0 if woke else max(deadline - loop.time(), 0.0)
-                message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=wait)
-                if message is not None:
-                    woke = True
-                    continue
-                if woke:
-                    return True
-                if loop.time() >= deadline:
-                    return False
-        except (redis.RedisError, OSError) as exc:
-            logger.warning("waiting for adds on %s failed, polling instead: %s", self.place, self._mask(str(exc)))
-            broken, self._pubsub = self._pubsub, None
-            if broken is not None:
-                await _quietly(broken.aclose())  # type: ignore[attr-defined, unused-ignore]
-                await asyncio.sleep(0)
-            await asyncio.sleep(max(deadline - loop.time(), 0.0))
-            return False
-
-    async def _subscription(self) -> redis.asyncio.client.PubSub:
-        client = self._async_client()
-        if self._pubsub is None:
-            pubsub = client.pubsub()
-            await pubsub.subscribe(self.keys.wakeup)
-            self._pubsub = pubsub
-        return self._pubsub
-
-
-# --- how an item is kept -------------------------------------------------------------------
-
-
-def _as_added(new: NewItem, now: datetime, now_us: int) -> QueueItem:
-    """The item as `add` stores it, its times in whole microseconds as Redis keeps them."""
-    due_us = to_micros(new.not_before) if new.not_before is not None and new.not_before > now else now_us
-    return QueueItem(
-        id=new.id,
-        sender=new.sender,
-        recipients=tuple(Recipient(a) for a in new.recipients),
-        size=len(new.message),
-        created=from_micros(now_us),
-        next_attempt=from_micros(due_us),
-        queue=new.queue,
-        message_id=new.message_id,
-        subject=new.subject,
-    )
-
-
-def _item_args(new: NewItem, item: QueueItem, now_us: int) -> builtins.list[scripts.Arg]:
-    """The 10 values add.lua and complete.lua take per item they store."""
-    return [
-        str(new.id),
-        new.queue,
-        str(to_micros(item.next_attempt)),
-        str(now_us),
-        new.sender,
-        _dump_recipients(item.recipients),
-        str(item.size),
-        new.message_id,
-        new.subject,
-        bytes(new.message),
-    ]
-
-
-def _dump_recipients(recipients: Sequence[Recipient]) -> str:
-    """Recipients as JSON: `[address, state, [code, status, text] or null, remote MTA]` each."""
-    return json.dumps(
-        [
-            [
-                r.address,
-                r.state.value,
-                None if r.reply is None else [r.reply.code, r.reply.status, r.reply.text],
-                r.remote_mta,
-            ]
-            for r in recipients
-        ],
-        ensure_ascii=False,
-        separators=(",", ":"),
-    )
-
-
-def _load_recipients(text: str) -> tuple[Recipient, ...]:
-    return tuple(
-        Recipient(address, RecipientState(state), None if reply is None else Reply(*reply), remote)
-        for address, state, reply, remote in json.loads(text)
-    )
-
-
-def _policy(reply: Any) -> str | None:
-    """The value of a `CONFIG GET maxmemory-policy` reply (a dict, or a flat list)."""
-    found = _fields(reply) if reply else {}
-    return found.get("maxmemory-policy")
-
-
-def _text(value: Any) -> str:
-    if isinstance(value, bytes):
-        return value.decode("utf-8")
-    return str(value)
-
-
-def _fields(raw: Any) -> dict[str, str]:
-    if isinstance(raw, dict):
-        return {_text(k): _text(v) for k, v in raw.items()}
-    return {_text(raw[i]): _text(raw[i + 1]) for i in range(0, len(raw), 2)}
-
-
-def _to_item(raw: Any) -> QueueItem:
-    """An item from its hash, as HGETALL gives it (a dict) or a script does (a flat list)."""
-    f = _fields(raw)
-    return QueueItem(
-        id=uuid.UUID(f["id"]),
-        sender=f["sender"],
-        recipients=_load_recipients(f["rcpts"]),
-        size=int(f["size"]),
-        created=from_micros(int(f["created"])),
-        next_attempt=from_micros(int(f["next"])),
-        attempts=int(f["attempts"]),
-        queue=f["queue"],
-        owner=f.get("owner"),
-        lease_expires=from_micros(int(f["expires"])) if "expires" in f else None,
-        revision=int(f["rev"]),
-        reclaims=int(f["reclaims"]),
-        delay_warned=f["delay"] == "1",
-        message_id=f["mid"],
-        subject=f["subject"],
-    )
-
-
-def _to_item_or_none(raw: Any) -> QueueItem | None:
-    return _to_item(raw) if raw else None
-
-
-def _bytes_or_none(raw: Any) -> bytes | None:
-    return bytes(raw) if raw is not None else None
+        """Wait for an add's message on `<prefix>wakeup`; True once one came (see `RedisClients.await_added`)."""
+        return await self._clients.await_added(timeout)
 
 
 def _hgetall(client: SyncClient[bytes], key: str) -> Any:
@@ -831,17 +521,3 @@ async def _ahgetall(client: AsyncClient[bytes], key: str) -> Any:
 
 def _lease_lost(item_id: uuid.UUID, owner: str) -> QueueError:
     return QueueError(Code.LEASE_LOST, f"the lease on {item_id} is no longer held by {owner}", item_id=item_id)
-
-
-async def _quietly(closing: Awaitable[Any]) -> None:
-    try:
-        await closing
-    except (redis.RedisError, OSError):
-        pass
-
-
-async def _close_async(client: AsyncClient[bytes], pubsub: redis.asyncio.client.PubSub | None) -> None:
-    if pubsub is not None:
-        await _quietly(pubsub.aclose())  # type: ignore[attr-defined, unused-ignore]
-        await asyncio.sleep(0)  # the pub/sub connection closes without waiting: let its transport go
-    await _quietly(client.aclose())  # type: ignore[attr-defined, unused-ignore]

@@ -1,0 +1,157 @@
+"""The Redis store's keys, and how an item is written in them (see docs/redis.md)."""
+
+from __future__ import annotations
+
+import builtins
+import json
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from ..core.clock import from_micros, to_micros
+from ..core.items import NewItem, QueueItem, Recipient, RecipientState, Reply
+from . import redis_scripts as scripts
+
+#: What `<prefix>schema` holds: the layout of the keys below, version 1.
+LAYOUT_VERSION = "django-mailqueue:1"
+
+
+@dataclass(frozen=True)
+class Keys:
+    """The names of a queue's keys under its prefix (see docs/redis.md)."""
+
+    prefix: str
+
+    @property
+    def schema(self) -> str:
+        return f"{self.prefix}schema"
+
+    @property
+    def seq(self) -> str:
+        return f"{self.prefix}seq"
+
+    @property
+    def items(self) -> str:
+        return f"{self.prefix}items"
+
+    @property
+    def leases(self) -> str:
+        return f"{self.prefix}leases"
+
+    @property
+    def queues(self) -> str:
+        return f"{self.prefix}queues"
+
+    @property
+    def wakeup(self) -> str:
+        """The pub/sub channel an add publishes to."""
+        return f"{self.prefix}wakeup"
+
+    def item(self, item_id: uuid.UUID | str) -> str:
+        return f"{self.prefix}item:{item_id}"
+
+    def message(self, item_id: uuid.UUID | str) -> str:
+        return f"{self.prefix}message:{item_id}"
+
+    def ready(self, queue: str) -> str:
+        return f"{self.prefix}ready:{queue}"
+
+
+def as_added(new: NewItem, now: datetime, now_us: int) -> QueueItem:
+    """The item as `add` stores it, its times in whole microseconds as Redis keeps them."""
+    due_us = to_micros(new.not_before) if new.not_before is not None and new.not_before > now else now_us
+    return QueueItem(
+        id=new.id,
+        sender=new.sender,
+        recipients=tuple(Recipient(a) for a in new.recipients),
+        size=len(new.message),
+        created=from_micros(now_us),
+        next_attempt=from_micros(due_us),
+        queue=new.queue,
+        message_id=new.message_id,
+        subject=new.subject,
+    )
+
+
+def item_args(new: NewItem, item: QueueItem, now_us: int) -> builtins.list[scripts.Arg]:
+    """The 10 values add.lua and complete.lua take per item they store."""
+    return [
+        str(new.id),
+        new.queue,
+        str(to_micros(item.next_attempt)),
+        str(now_us),
+        new.sender,
+        dump_recipients(item.recipients),
+        str(item.size),
+        new.message_id,
+        new.subject,
+        bytes(new.message),
+    ]
+
+
+def dump_recipients(recipients: Sequence[Recipient]) -> str:
+    """Recipients as JSON: `[address, state, [code, status, text] or null, remote MTA]` each."""
+    return json.dumps(
+        [
+            [
+                r.address,
+                r.state.value,
+                None if r.reply is None else [r.reply.code, r.reply.status, r.reply.text],
+                r.remote_mta,
+            ]
+            for r in recipients
+        ],
+        ensure_ascii=False,
+        separators=(",", ":"),
+    )
+
+
+def load_recipients(text: str) -> tuple[Recipient, ...]:
+    return tuple(
+        Recipient(address, RecipientState(state), None if reply is None else Reply(*reply), remote)
+        for address, state, reply, remote in json.loads(text)
+    )
+
+
+def text(value: Any) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8")
+    return str(value)
+
+
+def fields(raw: Any) -> dict[str, str]:
+    if isinstance(raw, dict):
+        return {text(k): text(v) for k, v in raw.items()}
+    return {text(raw[i]): text(raw[i + 1]) for i in range(0, len(raw), 2)}
+
+
+def to_item(raw: Any) -> QueueItem:
+    """An item from its hash, as HGETALL gives it (a dict) or a script does (a flat list)."""
+    f = fields(raw)
+    return QueueItem(
+        id=uuid.UUID(f["id"]),
+        sender=f["sender"],
+        recipients=load_recipients(f["rcpts"]),
+        size=int(f["size"]),
+        created=from_micros(int(f["created"])),
+        next_attempt=from_micros(int(f["next"])),
+        attempts=int(f["attempts"]),
+        queue=f["queue"],
+        owner=f.get("owner"),
+        lease_expires=from_micros(int(f["expires"])) if "expires" in f else None,
+        revision=int(f["rev"]),
+        reclaims=int(f["reclaims"]),
+        delay_warned=f["delay"] == "1",
+        message_id=f["mid"],
+        subject=f["subject"],
+    )
+
+
+def to_item_or_none(raw: Any) -> QueueItem | None:
+    return to_item(raw) if raw else None
+
+
+def bytes_or_none(raw: Any) -> bytes | None:
+    return bytes(raw) if raw is not None else None
