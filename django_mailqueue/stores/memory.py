@@ -48,16 +48,17 @@ class MemoryStore(QueueStore):
         for new in items:
             check_new_item(new)
         with self._lock:
-            self._check_room(len(items))
-            if any(new.id in self._items for new in items):
-                raise QueueError(Code.INVALID, "an item with that id is queued already")
+            self._check_room(items)
             added = [self._insert(new, now) for new in items]
             self._generation += 1
         return added
 
-    def _check_room(self, adding: int) -> None:
-        if self.max_items is not None and len(self._items) + adding > self.max_items:
+    def _check_room(self, adding: Sequence[NewItem]) -> None:
+        """Refuse `adding` whole (under the lock): past `max_items` (FULL), or an id queued already (INVALID)."""
+        if self.max_items is not None and len(self._items) + len(adding) > self.max_items:
             raise QueueError(Code.FULL, f"the queue holds {len(self._items)} items; MAX_ITEMS is {self.max_items}")
+        if any(new.id in self._items for new in adding):
+            raise QueueError(Code.INVALID, "an item with that id is queued already")
 
     def _insert(self, new: NewItem, now: datetime) -> QueueItem:
         """Keep one checked item (under the lock), its id known to be free."""
@@ -125,10 +126,7 @@ class MemoryStore(QueueStore):
                 raise QueueError(
                     Code.LEASE_LOST, f"the lease on {item_id} is no longer held by {owner}", item_id=item_id
                 )
-            if completion.dsns:
-                self._check_room(len(completion.dsns))
-                if any(dsn.id in self._items for dsn in completion.dsns):
-                    raise QueueError(Code.INVALID, "a DSN with that id is queued already")
+            self._check_room(completion.dsns)
             recorded = apply_completion(item, completion)
             if recorded.done:
                 del self._items[item_id]

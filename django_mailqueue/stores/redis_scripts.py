@@ -23,9 +23,10 @@ class LuaScript:
     and `EVAL`.
     """
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, *, uses: Sequence[str] = ()) -> None:
         self.name = name
-        self.source = resources.files(__package__).joinpath("lua", f"{name}.lua").read_text(encoding="utf-8")
+        # `uses`: files of shared local functions, put before the script's own text.
+        self.source = "".join(_read(part) for part in (*uses, name))
         self.sha = hashlib.sha1(self.source.encode("utf-8"), usedforsecurity=False).hexdigest()
 
     def run(self, client: redis.Redis[bytes], keys: Sequence[str], args: Sequence[Arg]) -> Any:
@@ -48,11 +49,15 @@ class LuaScript:
         return f"LuaScript({self.name!r})"
 
 
+def _read(name: str) -> str:
+    return resources.files(__package__).joinpath("lua", f"{name}.lua").read_text(encoding="utf-8")
+
+
 SCHEMA = LuaScript("schema")
-ADD = LuaScript("add")
+ADD = LuaScript("add", uses=["store_items"])
 CLAIM = LuaScript("claim")
 RENEW = LuaScript("renew")
-COMPLETE = LuaScript("complete")
+COMPLETE = LuaScript("complete", uses=["store_items"])
 RESCHEDULE = LuaScript("reschedule")
 CANCEL = LuaScript("cancel")
 PAGE = LuaScript("page")

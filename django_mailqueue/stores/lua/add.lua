@@ -1,4 +1,4 @@
--- add.lua: store a batch of items with their messages, all or nothing.
+-- add.lua (after store_items.lua): store a batch of items with their messages, all or nothing.
 --
 -- KEYS[1]  <prefix>schema   string, the layout version
 -- KEYS[2]  <prefix>seq      string, the counter that orders items
@@ -37,11 +37,9 @@ if ARGV[3] ~= '' then
   end
 end
 
-for i = 0, n - 1 do
-  local id = ARGV[5 + i * 10]
-  if redis.call('EXISTS', prefix .. 'item:' .. id) == 1 then
-    return {'duplicate', id}
-  end
+local queued = queued_already(prefix, 5, n)
+if queued then
+  return {'duplicate', queued}
 end
 
 -- Told first, so that a channel the ACL denies fails before anything is written;
@@ -50,18 +48,5 @@ redis.call('PUBLISH', prefix .. 'wakeup', n)
 if not found then
   redis.call('SET', KEYS[1], ARGV[2])
 end
-for i = 0, n - 1 do
-  local base = 5 + i * 10
-  local id, queue, due = ARGV[base], ARGV[base + 1], ARGV[base + 2]
-  local member = string.format('%016d', redis.call('INCR', KEYS[2])) .. ':' .. id
-  redis.call('HSET', prefix .. 'item:' .. id,
-    'id', id, 'member', member, 'queue', queue, 'next', due, 'created', ARGV[base + 3],
-    'sender', ARGV[base + 4], 'rcpts', ARGV[base + 5], 'size', ARGV[base + 6],
-    'mid', ARGV[base + 7], 'subject', ARGV[base + 8],
-    'attempts', 0, 'rev', 0, 'reclaims', 0, 'delay', 0)
-  redis.call('SET', prefix .. 'message:' .. id, ARGV[base + 9])
-  redis.call('ZADD', KEYS[3], due, member)
-  redis.call('ZADD', prefix .. 'ready:' .. queue, due, member)
-  redis.call('SADD', KEYS[4], queue)
-end
+store_items(prefix, KEYS[2], KEYS[3], KEYS[4], 5, n)
 return {'ok'}

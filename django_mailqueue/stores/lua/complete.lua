@@ -1,4 +1,4 @@
--- complete.lua: record an attempt's outcome, add its DSNs and let go of the lease,
+-- complete.lua (after store_items.lua): record an attempt's outcome, add its DSNs and let go of the lease,
 -- for the lease's owner at the revision it claimed — all or nothing.
 --
 -- KEYS[1]  <prefix>leases   sorted set, leased items
@@ -39,11 +39,10 @@ end
 if n > 0 and ARGV[10] ~= '' and redis.call('ZCARD', KEYS[2]) + n > tonumber(ARGV[10]) then
   return -2
 end
-for i = 0, n - 1 do
-  if redis.call('EXISTS', prefix .. 'item:' .. ARGV[12 + i * 10]) == 1 then
-    return -3
-  end
+if queued_already(prefix, 12, n) then
+  return -3
 end
+
 -- Told before the first write (as in add.lua), so that a channel the ACL denies writes nothing.
 if n > 0 then
   redis.call('PUBLISH', prefix .. 'wakeup', n)
@@ -65,18 +64,5 @@ else
   redis.call('SADD', KEYS[3], queue)
 end
 
-for i = 0, n - 1 do
-  local base = 12 + i * 10
-  local dsn, dsn_queue, dsn_due = ARGV[base], ARGV[base + 1], ARGV[base + 2]
-  local dsn_member = string.format('%016d', redis.call('INCR', KEYS[4])) .. ':' .. dsn
-  redis.call('HSET', prefix .. 'item:' .. dsn,
-    'id', dsn, 'member', dsn_member, 'queue', dsn_queue, 'next', dsn_due, 'created', ARGV[base + 3],
-    'sender', ARGV[base + 4], 'rcpts', ARGV[base + 5], 'size', ARGV[base + 6],
-    'mid', ARGV[base + 7], 'subject', ARGV[base + 8],
-    'attempts', 0, 'rev', 0, 'reclaims', 0, 'delay', 0)
-  redis.call('SET', prefix .. 'message:' .. dsn, ARGV[base + 9])
-  redis.call('ZADD', KEYS[2], dsn_due, dsn_member)
-  redis.call('ZADD', prefix .. 'ready:' .. dsn_queue, dsn_due, dsn_member)
-  redis.call('SADD', KEYS[3], dsn_queue)
-end
+store_items(prefix, KEYS[4], KEYS[2], KEYS[3], 12, n)
 return 1
