@@ -223,6 +223,18 @@ async def test_dsn_false_turns_them_off(recorder: Recorder, clock: FakeClock) ->
     assert store.count() == 0
 
 
+async def test_a_full_queue_records_the_outcome_without_its_dsn(recorder: Recorder, clock: FakeClock) -> None:
+    store = MemoryStore(max_items=1)
+    item = add(store, clock)
+    worker = make_worker(store, clock, ScriptedDeliverer({"b@example.org": [REJECTED]}))
+    stats = await worker.run()
+    assert recorder.names() == ["error", "failed"]
+    error = recorder.events[0][1]["error"]
+    assert error.code == "DSN_FAILED" and recorder.events[0][1]["item_id"] == item.id
+    assert "failed DSN" in error.message and "MAX_ITEMS" in error.message
+    assert store.count() == 0 and stats.failed == 1 and stats.dsns == 0
+
+
 async def test_a_recipient_final_is_never_tried_again(clock: FakeClock) -> None:
     store = MemoryStore()
     add(store, clock, recipients=("ok@example.org", "later@example.org", "no@example.org"))
