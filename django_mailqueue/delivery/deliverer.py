@@ -16,6 +16,7 @@ from ..core.clock import Clock, SystemClock
 from ..core.errors import Code, QueueError
 from ..core.items import RecipientOutcome, RecipientState, Reply
 from ..core.masking import SecretMask
+from ..core.observer import Observer
 from ..dkim import DkimSigner
 from . import replies
 from .addresses import EnvelopeAddress, parse_address, parse_sender
@@ -107,6 +108,7 @@ class Deliverer:
         max_sessions: int = 20,
         signer: DkimSigner | None = None,
         mta_sts: StsPolicies | None = None,
+        observer: Observer | None = None,
     ) -> None:
         self.settings = settings
         self.clock = clock or SystemClock()
@@ -114,6 +116,7 @@ class Deliverer:
         self.resolver: MxResolver = resolver or DnsResolver(settings.dns)
         self._relay_tls_factory = relay_tls_context or relay_context
         self._max_sessions = max_sessions
+        self.observer = observer
         self._mx_context: ssl.SSLContext | None = None
         self._relay_contexts: dict[RelayRoute, ssl.SSLContext] = {}
         #: DKIM keys are read here, once per worker: a bad one stops the worker before it claims anything
@@ -129,7 +132,8 @@ class Deliverer:
     async def deliver(self, sender: str, recipients: Sequence[str], message: bytes) -> AttemptResult:
         started = self.clock.now()
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.settings.timeouts.session
+        began = loop.time()
+        deadline = began + self.settings.timeouts.session
         given = list(recipients)
         envelope_sender = parse_sender(sender, domainless=True)
         if envelope_sender is None:
@@ -186,6 +190,8 @@ class Deliverer:
             outcomes.append(RecipientOutcome(address, found.state, found.reply, found.remote_mta))
             if recipient.wire in progress[key].possibly_delivered:
                 possibly.add(address)
+        if self.observer is not None:
+            self.observer.attempt(loop.time() - began)
         return AttemptResult(
             tuple(outcomes), frozenset(possibly), tuple(errors), started=started, finished=self.clock.now()
         )
@@ -367,10 +373,13 @@ class Deliverer:
                 username=username,
                 password=password,
             )
+            began = loop.time()
             if sts is None:
                 report = await self._send(target, envelope)
             else:
                 report = await self._send_under_policy(sts, dest, target, envelope, progress)
+            if self.observer is not None:
+                self.observer.session(dest.recipients[0].domain, loop.time() - began)
             for error in report.errors:
                 progress.add_error(error)
             if report.next_host is not None and not report.outcomes:

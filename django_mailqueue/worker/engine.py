@@ -27,12 +27,13 @@ from ..core.items import (
     RecipientState,
     apply_completion,
 )
+from ..core.observer import Observer
 from ..history import History, HistoryEntry
 from ..stores.base import QueueStore
 from .attempt import PREFETCH_SIZE, Attempt, AttemptDeliverer, Retry
 from .batching import Batcher
 from .dsn import original_header_block
-from .events import tell
+from .events import Event, tell
 from .flow import RECORD_LINGER, Flow
 from .log_limit import LogLimit
 from .record import AttemptOutcome, Record, decide, message_lost, reclaimed_too_often
@@ -85,6 +86,7 @@ class Worker:
         prefetch: int | None = None,
         history: History | None = None,
         close_store: bool = False,
+        observer: Observer | None = None,
     ) -> None:
         self.store = store
         self.settings = settings
@@ -92,8 +94,10 @@ class Worker:
         if deliverer is None:
             from .factory import smtp_deliverer
 
-            deliverer = smtp_deliverer(settings, clock=self.clock)
+            deliverer = smtp_deliverer(settings, clock=self.clock, observer=observer)
         self.deliverer = deliverer
+        #: told what happened, in the loop (the Prometheus metrics): see core/observer.py
+        self.observer = observer
         self.owner = owner or default_owner()
         self.queues = list(queues) if queues else None
         self.concurrency = concurrency or settings.concurrency
@@ -128,6 +132,16 @@ class Worker:
             more_coming=lambda: self._flow.more_coming,
             enough=self._flow.batch_enough,
         )
+
+    @property
+    def bytes_in_flight(self) -> int:
+        """Bytes counted against `MAX_BYTES_IN_FLIGHT` now (twice each message under way)."""
+        return self._flow.bytes_in_flight
+
+    @property
+    def in_flight(self) -> int:
+        """Attempts in their SMTP part now (at most `concurrency`)."""
+        return self._flow.delivering
 
     @property
     def lease(self) -> timedelta:
@@ -428,7 +442,10 @@ class Worker:
             for note in record.dsns:
                 self.stats.dsns += 1
                 logger.info("dsn item=%s kind=%s dsn=%s to=<%s>", item.id, note.kind, note.item.id, item.sender)
-        await tell(type(self.store), record.events(with_dsns=with_dsns))
+        events = record.events(with_dsns=with_dsns)
+        if self.observer is not None:
+            self.observer.told(events, item=item, now=self.clock.now())
+        await tell(type(self.store), events)
 
     async def _complete(self, attempt: Attempt, record: Record) -> tuple[QueueItem | None | Literal[False], Record]:
         """Record the outcome with its DSNs; while the store is out of reach, try again as long as the
@@ -548,7 +565,10 @@ class Worker:
     async def _error(self, error: QueueError, item_id: uuid.UUID | None) -> None:
         self.stats.errors.append(error.code)
         logger.warning("error item=%s %s", item_id, error)
-        await tell(type(self.store), [(signals.error, {"error": error, "item_id": item_id})])
+        events: list[Event] = [(signals.error, {"error": error, "item_id": item_id})]
+        if self.observer is not None:
+            self.observer.told(events, item=None, now=self.clock.now())
+        await tell(type(self.store), events)
 
     def _warn(self, error: QueueError, item_id: uuid.UUID) -> None:
         """The WARNING of an `error` the delivery reported: one per destination (else message), problem and

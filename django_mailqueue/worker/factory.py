@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from ..conf import QueueSettings, get_settings
 from ..core.clock import Clock, SystemClock
+from ..core.observer import Observer
 from ..history import History, history_alias
 from ..stores import get_store
 from ..stores.base import QueueStore
@@ -17,12 +18,15 @@ if TYPE_CHECKING:
     from ..delivery import Deliverer
 
 
-def smtp_deliverer(settings: QueueSettings, *, clock: Clock | None = None) -> Deliverer:
+def smtp_deliverer(
+    settings: QueueSettings, *, clock: Clock | None = None, observer: Observer | None = None
+) -> Deliverer:
     """The delivery stack of `settings`: routes, MX lookups, SMTP sessions cached between attempts."""
     from ..delivery import Deliverer
     from ..delivery.smtp import CACHE_TIME, SmtpTransport
 
-    return Deliverer(settings, clock=clock or SystemClock(), transport=SmtpTransport(cache_time=CACHE_TIME))
+    transport = SmtpTransport(cache_time=CACHE_TIME)
+    return Deliverer(settings, clock=clock or SystemClock(), transport=transport, observer=observer)
 
 
 def build_worker(
@@ -34,6 +38,7 @@ def build_worker(
     concurrency: int | None = None,
     once: bool = False,
     release_memory: bool = False,
+    observer: Observer | None = None,
 ) -> Worker:
     """A worker ready to `run()`, as `manage.py mailqueue_work` runs it.
 
@@ -45,7 +50,8 @@ def build_worker(
     `release_memory=True` fixes glibc's mmap threshold for the whole process (see
     `worker.memory.release_large_buffers`): right for a process that runs a worker and
     nothing else, as the command does; leave it off inside a web or Celery process
-    unless you want it there too. Raises `QueueError` for bad settings.
+    unless you want it there too. `observer` is told what the worker does (the Prometheus metrics:
+    `django_mailqueue.metrics.worker.WorkerMetrics`). Raises `QueueError` for bad settings.
     """
     settings = settings if settings is not None else get_settings()
     store = store if store is not None else get_store()
@@ -55,11 +61,12 @@ def build_worker(
     return Worker(
         store=store,
         settings=settings,
-        deliverer=smtp_deliverer(settings),
+        deliverer=smtp_deliverer(settings, observer=observer),
         owner=owner,
         queues=queues,
         concurrency=concurrency,
         once=once,
         history=history,
         close_store=True,
+        observer=observer,
     )
