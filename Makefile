@@ -8,14 +8,14 @@ STAMP := $(VENV)/.installed
 
 .PHONY: test lint typecheck pytest demo bench soak clean
 
-# `make test` installs the package with both stores' extras and the dev tools; `make demo` only the
+# `make test` installs the package with every extra and the dev tools; `make demo` only the
 # package and the demo group (SQLite needs nothing more). Either can come first in a fresh clone.
 DEMO_STAMP := $(VENV)/.demo-installed
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=25.1"
-	$(BIN)/python -m pip install --quiet -e ".[redis,postgres,dkim]" --group dev
+	$(BIN)/python -m pip install --quiet -e ".[redis,postgres,dkim,prometheus]" --group dev
 	touch $(STAMP)
 
 $(DEMO_STAMP): pyproject.toml

@@ -5,7 +5,7 @@
     python3 .ci/lowest_versions.py --check    # exit 1 unless the running Python has exactly those installed
 
 The runtime dependencies are `[project] dependencies` and the `redis`,
-`postgres` and `dkim` extras; each one's lowest admitted version is its `>=` bound.
+`postgres`, `dkim` and `prometheus` extras; each one's lowest admitted version is its `>=` bound.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
-EXTRAS = ("redis", "postgres", "dkim")
+EXTRAS = ("redis", "postgres", "dkim", "prometheus")
 _REQUIREMENT = re.compile(r"^\s*([A-Za-z0-9_.-]+)\s*(?:\[[^\]]*\])?\s*(.*)$")
 
 

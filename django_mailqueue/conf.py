@@ -91,6 +91,7 @@ class QueueSettings:
     dkim: Mapping[str, DkimEntry] = field(default_factory=dict)
     #: honour recipient domains' MTA-STS policies (RFC 8461) on "mx" routes
     mta_sts: bool = True
+    metrics_collector: bool = False
 
     def __post_init__(self) -> None:
         if "*" not in self.routes:
@@ -203,6 +204,15 @@ def _timeouts(value: Any) -> Timeouts:
             except InvalidValueError as exc:
                 raise InvalidValueError(f"{key} {exc}") from None
     return Timeouts(**values)
+
+
+def _metrics_collector(value: Any) -> bool:
+    from .metrics import NEEDS_EXTRA, prometheus_installed
+
+    wanted = rules.boolean(value)
+    if wanted and not prometheus_installed():
+        raise InvalidValueError(f"is True, but {NEEDS_EXTRA[0].lower()}{NEEDS_EXTRA[1:]}")
+    return wanted
 
 
 @dataclass(frozen=True)
@@ -381,6 +391,15 @@ KEYS: tuple[SettingKey, ...] = (
         True,
         rules.boolean,
         "honour recipient domains' MTA-STS policies (RFC 8461) on 'mx' routes; False: off",
+    ),
+    SettingKey(
+        "METRICS_COLLECTOR",
+        "metrics_collector",
+        "mailqueue.E025",
+        False,
+        _metrics_collector,
+        "True: the queue's depth on the site's Prometheus /metrics (prometheus_client's default registry); "
+        "needs django-mailqueue[prometheus]",
     ),
 )
 KEYS_BY_NAME = {k.name: k for k in KEYS}

@@ -63,6 +63,7 @@ BAD_VALUES: dict[str, list[Any]] = {
     "MAX_BYTES_IN_FLIGHT": [0, 1000, 2.5e6, "big"],
     "DKIM": [[], {"example.com": {"SELECTOR": "mq1"}}, {"*": {"SELECTOR": "mq1", "PRIVATE_KEY": "/k.pem"}}],
     "MTA_STS": ["enforce", 1, None],
+    "METRICS_COLLECTOR": ["yes", 1, None],
 }
 
 

@@ -12,9 +12,21 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from ...conf import get_settings
 from ...core.errors import QueueError
+from ...metrics import NEEDS_EXTRA, prometheus_installed
 from ...worker import Worker, WorkerStats, build_worker
 from ..options import positive
+
+
+def _port(value: str) -> int:
+    try:
+        port = int(value)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a port (0-65535; 0: any free port)")
+    return port
 
 
 def _queues(value: str) -> list[str]:
@@ -38,8 +50,23 @@ class Command(BaseCommand):
             "--queues", type=_queues, default=None, help="comma-separated queues, in order of preference (default: all)"
         )
         parser.add_argument("--owner", default=None, help="this worker's name in leases (default: host:pid:random)")
+        parser.add_argument(
+            "--metrics-port",
+            type=_port,
+            default=None,
+            help="serve Prometheus metrics on this port (0: any free port); needs django-mailqueue[prometheus]",
+        )
+        parser.add_argument(
+            "--metrics-address",
+            default=None,
+            help="the address to serve metrics on (default 127.0.0.1: this machine only; see docs/metrics.md)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if options["metrics_address"] is not None and options["metrics_port"] is None:
+            raise CommandError("--metrics-address needs --metrics-port")
+        if options["metrics_port"] is not None and not prometheus_installed():
+            raise CommandError(NEEDS_EXTRA)
         verbosity = int(options["verbosity"])
         if verbosity >= 2:
             package_logger = logging.getLogger("django_mailqueue")
@@ -48,7 +75,12 @@ class Command(BaseCommand):
                 handler = logging.StreamHandler(sys.stderr)
                 handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
                 package_logger.addHandler(handler)
+        metrics = None
         try:
+            if options["metrics_port"] is not None:
+                from ...metrics.worker import WorkerMetrics
+
+                metrics = WorkerMetrics(get_settings())
             # A process that runs a worker: its freed message buffers go back to the system.
             worker = build_worker(
                 owner=options["owner"],
@@ -56,16 +88,33 @@ class Command(BaseCommand):
                 concurrency=options["concurrency"],
                 once=options["once"],
                 release_memory=True,
+                observer=metrics,
             )
         except QueueError as exc:
             raise CommandError(str(exc)) from None
+        server = None
+        if metrics is not None:
+            metrics.watch(worker)
+            address = options["metrics_address"] or "127.0.0.1"
+            try:
+                server = metrics.serve(options["metrics_port"], address)
+            except OSError as exc:
+                worker.store.close()
+                raise CommandError(f"cannot serve metrics on {address} port {options['metrics_port']}: {exc}") from None
+            if verbosity >= 1:
+                host = f"[{address}]" if ":" in address else address
+                self.stderr.write(f"mailqueue: metrics on http://{host}:{server.port}/metrics")
         if verbosity >= 1:
             self.stderr.write(
                 f"mailqueue: worker {worker.owner} on {type(worker.store).__name__}, queues "
                 f"{','.join(worker.queues) if worker.queues else 'all'}, concurrency {worker.concurrency}"
                 + (", once" if worker.once else "")
             )
-        stats = asyncio.run(self._run(worker, verbosity))
+        try:
+            stats = asyncio.run(self._run(worker, verbosity))
+        finally:
+            if server is not None:
+                server.stop()
         if verbosity >= 1:
             self.stdout.write(
                 f"mailqueue: {stats.claimed} attempts, {stats.delivered} delivered, {stats.deferred} deferred, "
