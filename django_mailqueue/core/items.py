@@ -41,6 +41,19 @@ class ItemState(enum.StrEnum):
     LEASED = "leased"
 
 
+class ItemOrder(enum.StrEnum):
+    """The orders `list` gives; a store names the ones it gives cheaply in `QueueStore.orders`."""
+
+    #: earliest next attempt first, then the oldest (the claim's order; the default)
+    NEXT_ATTEMPT = "next_attempt"
+    #: latest next attempt first, then the newest
+    NEXT_ATTEMPT_DESC = "-next_attempt"
+    #: in the order they were added, the oldest first
+    OLDEST = "oldest"
+    #: the newest first
+    NEWEST = "newest"
+
+
 @dataclass(frozen=True, slots=True)
 class Reply:
     """A reply that decided (or deferred) a recipient.
@@ -195,9 +208,16 @@ class ItemQuery:
     queue: str | None = None
     #: recipients at this domain (lowercase, A-label form)
     domain: str | None = None
-    #: case-insensitive part of the sender's or a recipient's address
+    #: case-insensitive part of the sender's or a recipient's address, or of the subject
     search: str | None = None
+    #: the first hex digits of the item's id (lowercase, no dashes: `uuid.hex`)
+    id_prefix: str | None = None
     now: datetime | None = None
+
+    @property
+    def unfiltered(self) -> bool:
+        """No filter is set: every item passes."""
+        return not (self.state or self.queue is not None or self.domain is not None or self.search or self.id_prefix)
 
 
 def apply_completion(item: QueueItem, completion: Completion) -> QueueItem:
@@ -235,10 +255,12 @@ def matches(item: QueueItem, query: ItemQuery) -> bool:
         return False
     if query.domain is not None and not any(r.domain == query.domain.lower() for r in item.recipients):
         return False
+    if query.id_prefix is not None and not item.id.hex.startswith(query.id_prefix):
+        return False
     if query.search:
         needle = query.search.lower()
-        addresses: Sequence[str] = [item.sender, *(r.address for r in item.recipients)]
-        if not any(needle in a.lower() for a in addresses):
+        texts: Sequence[str] = [item.sender, item.subject, *(r.address for r in item.recipients)]
+        if not any(needle in text.lower() for text in texts):
             return False
     if query.state is not None:
         if query.now is None:

@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from ..core.errors import Code, QueueError
-from ..core.items import CompleteRequest, Completion, ItemQuery, NewItem, QueueItem, RecipientOutcome
+from ..core.items import CompleteRequest, Completion, ItemOrder, ItemQuery, NewItem, QueueItem, RecipientOutcome
 from ..core.status import QueueSummary
 from ..core.text import refuse_line_breaks, refuse_unkeepable
 
@@ -57,6 +57,9 @@ class QueueStore(abc.ABC):
     #: The store can wake an idle worker when an item is added (`await_added`).
     supports_wakeup: bool = False
     """True when `await_added()` returns promptly after an add in any process."""
+
+    #: The orders `list` gives from an index (no sort of the whole queue): the admin's sortable columns.
+    orders: frozenset[ItemOrder] = frozenset(ItemOrder)
 
     #: A store whose add joins the caller's database transaction.
     supports_transactional_add: bool = False
@@ -186,13 +189,25 @@ class QueueStore(abc.ABC):
         when the store holds the item but lost its message (never raises for that)."""
 
     @abc.abstractmethod
-    def list(self, query: ItemQuery | None = None, *, offset: int = 0, limit: int = 100) -> builtins.list[QueueItem]:
-        """A page of items passing `query`, by `next_attempt` then oldest: stable
-        paging, the same order every call while nothing changes."""
+    def list(
+        self,
+        query: ItemQuery | None = None,
+        *,
+        offset: int = 0,
+        limit: int = 100,
+        order: ItemOrder = ItemOrder.NEXT_ATTEMPT,
+    ) -> builtins.list[QueueItem]:
+        """A page of items passing `query`, in `order` (by default `next_attempt` then
+        oldest): stable paging, the same order every call while nothing changes. An
+        order not in `orders` is `INVALID`."""
 
     @abc.abstractmethod
-    def count(self, query: ItemQuery | None = None) -> int:
-        """How many items pass `query` (all items when None)."""
+    def count(self, query: ItemQuery | None = None, *, limit: int | None = None) -> int:
+        """How many items pass `query` (all items when None).
+
+        With `limit`, counting stops there: the answer is at most `limit`, and
+        the store reads no more than it must to find that many.
+        """
 
     def iter_items(self, query: ItemQuery | None = None, *, batch: int = 500) -> Iterator[QueueItem]:
         """Every item passing `query`, in `list` order, read `batch` at a time: for walking a whole queue.
@@ -287,12 +302,17 @@ class QueueStore(abc.ABC):
         return await self._in_thread(self.read_message, item_id)
 
     async def alist(
-        self, query: ItemQuery | None = None, *, offset: int = 0, limit: int = 100
+        self,
+        query: ItemQuery | None = None,
+        *,
+        offset: int = 0,
+        limit: int = 100,
+        order: ItemOrder = ItemOrder.NEXT_ATTEMPT,
     ) -> builtins.list[QueueItem]:
-        return await self._in_thread(self.list, query, offset=offset, limit=limit)
+        return await self._in_thread(self.list, query, offset=offset, limit=limit, order=order)
 
-    async def acount(self, query: ItemQuery | None = None) -> int:
-        return await self._in_thread(self.count, query)
+    async def acount(self, query: ItemQuery | None = None, *, limit: int | None = None) -> int:
+        return await self._in_thread(self.count, query, limit=limit)
 
     async def aclose(self) -> None:
         await self._in_thread(self.close)
@@ -360,6 +380,12 @@ def check_outcome(outcome: RecipientOutcome) -> None:
     refuse_unkeepable(outcome.reply.text, "a reply's text")
     refuse_unkeepable(outcome.reply.status, "a reply's status")
     refuse_unkeepable(outcome.remote_mta, "a reply's remote MTA")
+
+
+def check_order(store: QueueStore, order: ItemOrder) -> None:
+    """Refuse an order the store does not give (`INVALID`)."""
+    if order not in store.orders:
+        raise QueueError(Code.INVALID, f"{type(store).__name__} does not list items in {order.value!r} order")
 
 
 def check_owner(owner: str) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 from ..core.errors import Code, QueueError
 from ..core.items import (
     Completion,
+    ItemOrder,
     ItemQuery,
     NewItem,
     QueueItem,
@@ -22,7 +23,7 @@ from ..core.items import (
     apply_completion,
     matches,
 )
-from .base import QueueStore, check_completion, check_new_item, check_owner
+from .base import QueueStore, check_completion, check_new_item, check_order, check_owner
 
 
 class MemoryStore(QueueStore):
@@ -173,16 +174,29 @@ class MemoryStore(QueueStore):
         with self._lock:
             return self._messages.get(item_id)
 
-    def list(self, query: ItemQuery | None = None, *, offset: int = 0, limit: int = 100) -> builtins.list[QueueItem]:
+    def list(
+        self,
+        query: ItemQuery | None = None,
+        *,
+        offset: int = 0,
+        limit: int = 100,
+        order: ItemOrder = ItemOrder.NEXT_ATTEMPT,
+    ) -> builtins.list[QueueItem]:
+        check_order(self, order)
         with self._lock:
-            entries = sorted(self._items.values(), key=lambda pair: (pair[1].next_attempt, pair[0]))
+            entries = builtins.list(self._items.values())
+        if order in (ItemOrder.NEXT_ATTEMPT, ItemOrder.NEXT_ATTEMPT_DESC):
+            entries.sort(key=lambda pair: (pair[1].next_attempt, pair[0]), reverse=order is ItemOrder.NEXT_ATTEMPT_DESC)
+        else:
+            entries.sort(key=lambda pair: pair[0], reverse=order is ItemOrder.NEWEST)
         found = [item for _, item in entries if query is None or matches(item, query)]
         return found[offset : offset + limit]
 
-    def count(self, query: ItemQuery | None = None) -> int:
+    def count(self, query: ItemQuery | None = None, *, limit: int | None = None) -> int:
         with self._lock:
             items = [item for _, item in self._items.values()]
-        return sum(1 for item in items if query is None or matches(item, query))
+        found = sum(1 for item in items if query is None or matches(item, query))
+        return found if limit is None else min(found, limit)
 
     # --- waking ---------------------------------------------------------------------
 

@@ -16,10 +16,19 @@ import redis
 
 from ..core.clock import to_micros
 from ..core.errors import Code, QueueError
-from ..core.items import CompleteRequest, Completion, ItemQuery, NewItem, QueueItem, apply_completion, matches
+from ..core.items import (
+    CompleteRequest,
+    Completion,
+    ItemOrder,
+    ItemQuery,
+    NewItem,
+    QueueItem,
+    apply_completion,
+    matches,
+)
 from . import redis_connection as conn
 from . import redis_scripts as scripts
-from .base import READ_CHUNK, QueueStore, check_completion, check_new_item, check_owner
+from .base import READ_CHUNK, QueueStore, check_completion, check_new_item, check_order, check_owner
 from .redis_clients import AsyncClient, RedisClients, SyncClient, T
 from .redis_layout import (
     LAYOUT_VERSION,
@@ -59,6 +68,8 @@ class RedisStore(QueueStore):
 
     supports_wakeup = True
     supports_transactional_add = False
+    #: the items sorted set gives the next-attempt order either way; no key orders the items by age
+    orders = frozenset({ItemOrder.NEXT_ATTEMPT, ItemOrder.NEXT_ATTEMPT_DESC})
 
     def __init__(self, options: Mapping[str, Any] | None = None, *, max_items: int | None = None) -> None:
         super().__init__(options, max_items=max_items)
@@ -462,43 +473,64 @@ class RedisStore(QueueStore):
 
         return await self._ado(work)
 
-    def _page(self, first: int, count: int) -> tuple[int, builtins.list[QueueItem]]:
-        """Items at ranks `first` to `first + count - 1` of the list order, and how many there are."""
-        args: builtins.list[scripts.Arg] = [self.key_prefix, str(first), str(first + count - 1)]
+    def _page(self, first: int, count: int, *, reverse: bool = False) -> tuple[int, builtins.list[QueueItem]]:
+        """Items at ranks `first` to `first + count - 1` of the list order (from its end when `reverse`),
+        and how many there are."""
+        args: builtins.list[scripts.Arg] = [self.key_prefix, str(first), str(first + count - 1), "1" if reverse else ""]
         total, page = self._do(lambda client: scripts.PAGE.run(client, [self.keys.items], args))
         return int(total), [to_item(raw) for raw in page]
 
-    def list(self, query: ItemQuery | None = None, *, offset: int = 0, limit: int = 100) -> builtins.list[QueueItem]:
+    def list(
+        self,
+        query: ItemQuery | None = None,
+        *,
+        offset: int = 0,
+        limit: int = 100,
+        order: ItemOrder = ItemOrder.NEXT_ATTEMPT,
+    ) -> builtins.list[QueueItem]:
+        check_order(self, order)
         if limit <= 0:
             return []
         offset = max(offset, 0)
-        if query is None:
-            return self._page(offset, limit)[1]
+        reverse = order is ItemOrder.NEXT_ATTEMPT_DESC
+        if query is None or query.unfiltered:
+            return self._page(offset, limit, reverse=reverse)[1]
         found: builtins.list[QueueItem] = []
-        for item in self.iter_items(query):  # the items before `offset` are counted, not kept
-            if offset:
-                offset -= 1
-                continue
-            found.append(item)
-            if len(found) == limit:
-                break
+        for page in self._pages(reverse=reverse):  # the items before `offset` are counted, not kept
+            for item in page:
+                if not matches(item, query):
+                    continue
+                if offset:
+                    offset -= 1
+                    continue
+                found.append(item)
+                if len(found) == limit:
+                    return found
         return found
 
-    def count(self, query: ItemQuery | None = None) -> int:
-        if query is None:
-            return int(self._do(lambda client: client.execute_command("ZCARD", self.keys.items)))
-        return sum(1 for page in self._pages() for item in page if matches(item, query))
+    def count(self, query: ItemQuery | None = None, *, limit: int | None = None) -> int:
+        if query is None or query.unfiltered:
+            total = int(self._do(lambda client: client.execute_command("ZCARD", self.keys.items)))
+            return total if limit is None else min(total, limit)
+        found = 0
+        for page in self._pages():  # stops once `limit` items passed
+            for item in page:
+                if matches(item, query):
+                    found += 1
+                    if found == limit:
+                        return found
+        return found
 
     def iter_items(self, query: ItemQuery | None = None, *, batch: int = 500) -> Iterator[QueueItem]:
         """One pass over the list order, filtered here: `list` with a query scans from the first rank each call."""
         for page in self._pages(batch):
             yield from (item for item in page if query is None or matches(item, query))
 
-    def _pages(self, size: int = SCAN_PAGE) -> Iterator[builtins.list[QueueItem]]:
+    def _pages(self, size: int = SCAN_PAGE, *, reverse: bool = False) -> Iterator[builtins.list[QueueItem]]:
         """Every item, `size` at a time, in list order: for the filters, which Redis cannot index."""
         first = 0
         while True:
-            total, page = self._page(first, size)
+            total, page = self._page(first, size, reverse=reverse)
             yield page
             first += size
             if first >= total:

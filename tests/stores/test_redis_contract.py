@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import pytest
 import redis
 
-from django_mailqueue.core.items import Completion, ItemQuery, NewItem, QueueItem
+from django_mailqueue.core.items import Completion, ItemOrder, ItemQuery, NewItem, QueueItem
 from django_mailqueue.stores.base import QueueStore
 from django_mailqueue.stores.redis import RedisStore
 from django_mailqueue.testing import QueueStoreContract
@@ -154,6 +154,7 @@ class AsyncTwins(QueueStore):
 
     def __init__(self, inner: RedisStore, loop: LoopThread) -> None:
         super().__init__()
+        self.orders = inner.orders
         self.inner = inner
         self.loop = loop
         self.max_items = inner.max_items
@@ -186,11 +187,18 @@ class AsyncTwins(QueueStore):
     def read_message(self, item_id: uuid.UUID) -> bytes | None:
         return self.loop.call(self.inner.aread_message(item_id))
 
-    def list(self, query: ItemQuery | None = None, *, offset: int = 0, limit: int = 100) -> list[QueueItem]:
-        return self.loop.call(self.inner.alist(query, offset=offset, limit=limit))
+    def list(
+        self,
+        query: ItemQuery | None = None,
+        *,
+        offset: int = 0,
+        limit: int = 100,
+        order: ItemOrder = ItemOrder.NEXT_ATTEMPT,
+    ) -> list[QueueItem]:
+        return self.loop.call(self.inner.alist(query, offset=offset, limit=limit, order=order))
 
-    def count(self, query: ItemQuery | None = None) -> int:
-        return self.loop.call(self.inner.acount(query))
+    def count(self, query: ItemQuery | None = None, *, limit: int | None = None) -> int:
+        return self.loop.call(self.inner.acount(query, limit=limit))
 
 
 class TestRedisStoreAsyncTwins(QueueStoreContract):

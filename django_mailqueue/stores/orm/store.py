@@ -18,10 +18,19 @@ from django.db.models import F, Q
 
 from ...core.clock import to_micros
 from ...core.errors import Code, QueueError
-from ...core.items import CompleteRequest, Completion, ItemQuery, ItemState, NewItem, QueueItem, RecipientState
+from ...core.items import (
+    CompleteRequest,
+    Completion,
+    ItemOrder,
+    ItemQuery,
+    ItemState,
+    NewItem,
+    QueueItem,
+    RecipientState,
+)
 from ...core.status import QueueSummary
 from ...models import QueuedItem, QueuedRecipient, QueueLock
-from ..base import QueueStore, check_completion, check_new_item, check_owner
+from ..base import QueueStore, check_completion, check_new_item, check_order, check_owner
 from .base import Dialect
 from .portable import PortableDialect, due, orm_recipients
 from .postgresql import PostgresDialect
@@ -33,6 +42,13 @@ _T = TypeVar("_T")
 _P = ParamSpec("_P")
 
 _ADD_LOCK = "add"
+#: `list`'s orders: the due index (next_attempt, seq) either way, or the primary key (the order of adds).
+_ORDER_BY = {
+    ItemOrder.NEXT_ATTEMPT: ("next_attempt", "seq"),
+    ItemOrder.NEXT_ATTEMPT_DESC: ("-next_attempt", "-seq"),
+    ItemOrder.OLDEST: ("seq",),
+    ItemOrder.NEWEST: ("-seq",),
+}
 #: The dialect of each Django database vendor; any other vendor speaks the portable one.
 DIALECTS: dict[str, type[Dialect]] = {"sqlite": SqliteDialect, "postgresql": PostgresDialect}
 
@@ -299,6 +315,17 @@ class OrmStore(QueueStore):
             self.dialect.drop([seq])
             return item
 
+    @_own_write
+    def cancel_many(self, item_ids: Sequence[uuid.UUID]) -> builtins.list[QueueItem | None]:
+        """One transaction for them all: the rows locked, read and deleted a statement each."""
+        with self._write():
+            locked = self.dialect.lock(builtins.list(dict.fromkeys(item_ids)))
+            seqs = [row[0] for row in locked]
+            recipients = self.dialect.recipients(seqs)
+            found = {item.id: item for item in (to_item(row, recipients[row[0]]) for row in locked)}
+            self.dialect.drop(seqs)
+        return [found.pop(item_id, None) for item_id in item_ids]
+
     # --- reading ------------------------------------------------------------------
 
     def get(self, item_id: uuid.UUID) -> QueueItem | None:
@@ -328,9 +355,15 @@ class OrmStore(QueueStore):
             rows = rows.filter(
                 seq__in=QueuedRecipient.objects.using(self.alias).filter(domain=query.domain.lower()).values("item_id")
             )
+        if query.id_prefix is not None:
+            # a range of the unique index on id: a uuid compares as its hex digits do
+            rows = rows.filter(
+                id__gte=uuid.UUID(query.id_prefix.ljust(32, "0")), id__lte=uuid.UUID(query.id_prefix.ljust(32, "f"))
+            )
         if query.search:
             rows = rows.filter(
                 Q(sender__icontains=query.search)
+                | Q(subject__icontains=query.search)
                 | Q(
                     seq__in=QueuedRecipient.objects.using(self.alias)
                     .filter(address__icontains=query.search)
@@ -352,14 +385,24 @@ class OrmStore(QueueStore):
                 rows = rows.filter(attempts=0, next_attempt__gt=now_us).exclude(leased)
         return rows
 
-    def list(self, query: ItemQuery | None = None, *, offset: int = 0, limit: int = 100) -> builtins.list[QueueItem]:
+    def list(
+        self,
+        query: ItemQuery | None = None,
+        *,
+        offset: int = 0,
+        limit: int = 100,
+        order: ItemOrder = ItemOrder.NEXT_ATTEMPT,
+    ) -> builtins.list[QueueItem]:
+        check_order(self, order)
         with self._errors():
-            page = self._query(query).order_by("next_attempt", "seq")[offset : offset + limit]
+            page = self._query(query).order_by(*_ORDER_BY[order])[offset : offset + limit]
             return [item for _, item in self._load(page)]
 
-    def count(self, query: ItemQuery | None = None) -> int:
+    def count(self, query: ItemQuery | None = None, *, limit: int | None = None) -> int:
         with self._errors():
-            return self._query(query).count()
+            rows = self._query(query)
+            # sliced, Django counts a LIMITed subquery: the database stops at `limit` rows
+            return (rows if limit is None else rows[:limit]).count()
 
     def iter_items(self, query: ItemQuery | None = None, *, batch: int = 500) -> Iterator[QueueItem]:
         """Resumes after the last (next_attempt, seq) read, on the index `list` orders by: no OFFSET to skip."""

@@ -8,9 +8,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from ...core.errors import Code, QueueError
 from ...core.items import (
     CompleteRequest,
     Completion,
+    ItemOrder,
     ItemQuery,
     ItemState,
     QueueItem,
@@ -138,6 +140,51 @@ class Reading(ContractBase):
         assert ids(ItemQuery(search="corp.example")) == {leased.id}
         assert ids(ItemQuery(domain="alpha.example", queue="default")) == {due.id}
         assert store.count() == 4
+
+    def test_search_reads_subjects_and_ids_by_prefix(self, store: QueueStore) -> None:
+        invoice = store.add(new_item(["ann@alpha.example"], subject="Invoice 2030-17 for March"), now=T0)
+        other = store.add(new_item(["bob@beta.example"], subject="Welcome"), now=T0)
+        dsn = store.add(new_item(["ann@alpha.example"], sender="", subject="Undelivered Mail"), now=T0)
+        assert {i.id for i in store.list(ItemQuery(search="invoice 2030"))} == {invoice.id}
+        assert {i.id for i in store.list(ItemQuery(search="ALPHA"))} == {invoice.id, dsn.id}
+        for item in (invoice, other, dsn):
+            for digits in (1, 8, 31, 32):
+                prefix = item.id.hex[:digits]
+                found = {i.id for i in store.list(ItemQuery(id_prefix=prefix), limit=100)}
+                assert found == {i.id for i in (invoice, other, dsn) if i.id.hex.startswith(prefix)}
+                assert store.count(ItemQuery(id_prefix=prefix)) == len(found)
+
+    def test_list_gives_each_order_it_names(self, store: QueueStore) -> None:
+        first = store.add(new_item(not_before=at(30)), now=T0).id
+        second = store.add(new_item(not_before=at(10)), now=at(1)).id
+        third = store.add(new_item(not_before=at(10)), now=at(2)).id
+        fourth = store.add(new_item(not_before=at(20)), now=at(3)).id
+        expected = {
+            ItemOrder.NEXT_ATTEMPT: [second, third, fourth, first],
+            ItemOrder.NEXT_ATTEMPT_DESC: [first, fourth, third, second],
+            ItemOrder.OLDEST: [first, second, third, fourth],
+            ItemOrder.NEWEST: [fourth, third, second, first],
+        }
+        assert ItemOrder.NEXT_ATTEMPT in store.orders
+        for order in ItemOrder:
+            if order not in store.orders:
+                with pytest.raises(QueueError) as refused:
+                    store.list(order=order)
+                assert refused.value.code is Code.INVALID
+                continue
+            assert [i.id for i in store.list(order=order)] == expected[order]
+            pages = [store.list(offset=o, limit=2, order=order) for o in (0, 2)]
+            assert [i.id for page in pages for i in page] == expected[order]
+            query = ItemQuery(search="example.org")
+            assert [i.id for i in store.list(query, offset=1, limit=2, order=order)] == expected[order][1:3]
+
+    def test_count_stops_at_its_limit(self, store: QueueStore) -> None:
+        for n in range(5):
+            store.add(new_item([f"r{n}@{'odd' if n % 2 else 'even'}.example"]), now=T0)
+        assert store.count(limit=3) == 3 and store.count(limit=10) == 5 and store.count() == 5
+        assert store.count(ItemQuery(domain="even.example"), limit=2) == 2
+        assert store.count(ItemQuery(domain="even.example"), limit=4) == 3
+        assert store.count(ItemQuery(domain="none.example"), limit=4) == 0
 
     def test_iter_items_walks_the_list_order_a_batch_at_a_time(self, store: QueueStore) -> None:
         later = [store.add(new_item(["x@far.example"], not_before=at(100 + i)), now=T0).id for i in range(3)]
