@@ -150,3 +150,12 @@ class DeliveryRecord(models.Model):
 
     def __str__(self) -> str:
         return f"{self.state} to <{self.recipient}> ({self.reply_status})"
+
+
+class QueueOverview(QueuedItem):
+    """The queue's overview page, in the admin index and sidebar (a proxy: no table of its own)."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "queue overview"
+        verbose_name_plural = "queue overview"

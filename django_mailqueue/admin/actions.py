@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -12,12 +13,16 @@ from django.contrib.contenttypes.models import ContentType
 from django.http import HttpRequest
 
 from ..core.errors import QueueError
-from ..core.items import QueueItem
+from ..core.items import ItemQuery, QueueItem
 from ..models import QueuedItem
 from ..stores.base import QueueStore
 
 #: A POST naming more items than this is refused: the list shows far fewer per page.
 MAX_ITEMS_PER_ACTION = 500
+#: An action on every item matching a filter takes the first this many, in list order (docs/admin.md).
+MAX_ITEMS_ACROSS = 5_000
+#: ... read from the store this many at a time.
+ACROSS_BATCH = 500
 
 
 @dataclass(frozen=True)
@@ -58,6 +63,11 @@ class ActionResult:
     errors: list[str] = field(default_factory=list)
 
 
+def matching_ids(store: QueueStore, query: ItemQuery) -> list[uuid.UUID]:
+    """The ids of the first `MAX_ITEMS_ACROSS` items passing `query`, read a batch at a time before any changes."""
+    return [item.id for item in itertools.islice(store.iter_items(query, batch=ACROSS_BATCH), MAX_ITEMS_ACROSS)]
+
+
 def move_items(store: QueueStore, ids: Sequence[uuid.UUID], *, at: datetime, now: datetime) -> ActionResult:
     """Move each item's next attempt to `at` (send now: `at` is now), keeping any worker's lease."""
     result = ActionResult()
@@ -77,20 +87,23 @@ def move_items(store: QueueStore, ids: Sequence[uuid.UUID], *, at: datetime, now
 
 
 def cancel_items(store: QueueStore, ids: Sequence[uuid.UUID], *, now: datetime) -> ActionResult:
-    """Drop each item and its message; an item a worker holds may still reach the recipients it is delivering to."""
+    """Drop each item and its message, `ACROSS_BATCH` in a store call; an item a worker holds may still reach the
+    recipients it is delivering to."""
     result = ActionResult()
-    for item_id in ids:
+    for start in range(0, len(ids), ACROSS_BATCH):
+        batch = ids[start : start + ACROSS_BATCH]
         try:
-            item = store.cancel(item_id)
+            cancelled = store.cancel_many(batch)
         except QueueError as exc:
-            result.errors.append(f"{item_id}: {exc}")
+            result.errors.append(f"{len(batch)} items from {batch[0]}: {exc}")
             continue
-        if item is None:
-            result.gone.append(item_id)
-            continue
-        result.done.append(item)
-        if item.leased_at(now):
-            result.leased.append(item)
+        for item_id, item in zip(batch, cancelled, strict=True):
+            if item is None:
+                result.gone.append(item_id)
+                continue
+            result.done.append(item)
+            if item.leased_at(now):
+                result.leased.append(item)
     return result
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from functools import update_wrapper
 from typing import TYPE_CHECKING, Any
@@ -18,22 +18,32 @@ from urllib.parse import urlencode
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.widgets import AdminSplitDateTime
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse, HttpResponseBase, HttpResponseNotAllowed, HttpResponseRedirect
+from django.http import (
+    HttpRequest,
+    HttpResponse,
+    HttpResponseBase,
+    HttpResponseNotAllowed,
+    HttpResponseRedirect,
+    QueryDict,
+)
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 
+from ..conf import get_settings
 from ..core.clock import Clock, SystemClock
 from ..core.errors import QueueError
 from ..core.items import ItemQuery, ItemState, QueueItem, RecipientState
 from ..history import history_alias
 from ..models import QueuedItem
-from ..selection import domain_filter
 from ..stores import get_store
+from ..stores.base import QueueStore
 from .actions import (
     ACTIONS_BY_NAME,
     CANCEL,
+    MAX_ITEMS_ACROSS,
     MAX_ITEMS_PER_ACTION,
     RESCHEDULE,
     SEND_NOW,
@@ -43,18 +53,28 @@ from .actions import (
     cancel_items,
     item_repr,
     log_action,
+    matching_ids,
     move_items,
 )
 from .headers import secure_urls
+from .listing import (
+    DOMAIN_PARAM,
+    MAX_PAGE,
+    ORDERS,
+    QUEUE_PARAM,
+    SEARCH_PARAM,
+    ListParams,
+    Total,
+    wrappable,
+    wrappable_list,
+)
 from .overview import hourly_outcomes
 from .preview import PREVIEW_CSP, MessagePreview, preview_message
 
-#: The filters the list takes from its query string.
-STATE_PARAM, QUEUE_PARAM, DOMAIN_PARAM, SEARCH_PARAM, PAGE_PARAM = "state", "queue", "domain", "q", "p"
 #: Recipients named in a list row before "and N more".
 RECIPIENTS_SHOWN = 3
-#: Paging goes by offset; beyond this page the list stops (narrow it with a filter).
-MAX_PAGE = 10_000
+#: Items named on the confirmation page of an action on every item matching a filter.
+ACROSS_SAMPLE = 20
 
 
 if TYPE_CHECKING:
@@ -64,10 +84,10 @@ else:  # ModelAdmin is generic only in django-stubs
 
 
 class RescheduleForm(forms.Form):
-    at = forms.DateTimeField(
+    at = forms.SplitDateTimeField(
         label="Next attempt at",
-        help_text="YYYY-MM-DD HH:MM[:SS], in the site's time zone; a past time means due now.",
-        widget=forms.DateTimeInput(attrs={"placeholder": "YYYY-MM-DD HH:MM", "size": 20, "autofocus": True}),
+        help_text="A date and a time (HH:MM[:SS]) in the site's time zone; a past time means due now.",
+        widget=AdminSplitDateTime,
     )
 
 
@@ -79,6 +99,9 @@ class ItemRow:
     state: str
     recipients_shown: tuple[str, ...]
     recipients_more: int
+    #: the sender and the recipients shown, as HTML that breaks only after an "@"
+    sender_html: str
+    recipients_html: str
     due: bool
     url: str
     #: "due", "due 5 min", "in 2 h 10 min": the next attempt against now
@@ -153,39 +176,45 @@ class QueueAdmin(_ModelAdmin):
             state=item.state_at(now).value,
             recipients_shown=addresses[:RECIPIENTS_SHOWN],
             recipients_more=max(0, len(addresses) - RECIPIENTS_SHOWN),
+            sender_html=wrappable(item.sender),
+            recipients_html=wrappable_list(addresses[:RECIPIENTS_SHOWN]),
             due=item.next_attempt <= now,
             url=self._url("change", item.id),
             next_label=f"due {_span(now - item.next_attempt)}".rstrip()
             if item.next_attempt <= now
-            else f"in {_span(item.next_attempt - now) or '< 1 min'}",
-            age_label=_span(now - item.created) or "< 1 min",
+            else f"in {_span(item.next_attempt - now) or '< 1 s'}",
+            age_label=_span(now - item.created) or "< 1 s",
         )
 
     # --- the list ------------------------------------------------------------------------
 
     def queue_view(self, request: HttpRequest) -> HttpResponse:
-        """The queue, a page at a time, filtered by state, queue and recipient domain, searched by address."""
+        """The queue, a page at a time, filtered, searched and sorted, with totals counted to a bound."""
         self._require_view(request)
         now = self.clock.now()
-        params = _ListParams.from_request(request)
-        query = ItemQuery(
-            state=ItemState(params.state) if params.state else None,
-            queue=params.queue or None,
-            domain=params.domain or None,
-            search=params.q or None,
-            now=now,
-        )
-        per_page = self.list_per_page
         store = get_store()
+        params = ListParams.from_query(request.GET, orders=store.orders)
+        query = params.query(now)
+        per_page = self.list_per_page
         items: list[QueueItem] = []
+        total: Total | None = None
+        by_state: dict[str, Total] = {}
         try:
-            # one more than a page tells whether there is a next page, without counting the queue
-            items = store.list(query, offset=(params.page - 1) * per_page, limit=per_page + 1)
+            # one more than a page tells whether there is a next page
+            items = store.list(query, offset=(params.page - 1) * per_page, limit=per_page + 1, order=params.store_order)
+            if _counts_cheaply(store, query):
+                if store.bounded_counts:
+                    by_state = {s.value: Total.of(store, replace(query, state=s)) for s in ItemState}
+                total = by_state[params.state] if params.state else Total.of(store, query)
+            if not items and params.page > 1 and total is None:
+                total = Total.of(store, query)  # past the end: say where the end is, once
         except QueueError as exc:
             self.message_user(request, f"The queue could not be read: {exc}", messages.ERROR)
         has_next = len(items) > per_page and params.page < MAX_PAGE
         rows = [self._row(item, now) for item in items[:per_page]]
         first = (params.page - 1) * per_page + 1
+        last_page = max(1, -(-total.count // per_page)) if total is not None else 0
+        sortable = {column for column in ("next", "age") if {ORDERS[column], ORDERS[f"-{column}"]} <= store.orders}
         context = self._context(
             request,
             "Queued messages",
@@ -194,23 +223,38 @@ class QueueAdmin(_ModelAdmin):
             params=params,
             actions=allowed_actions(request),
             state_choices=[
-                {"label": "All", "selected": not params.state, "url": params.url(state="")},
+                {"label": "All", "value": "", "selected": not params.state, "url": params.url(state="")},
                 *(
-                    {"label": s.value, "selected": params.state == s.value, "url": params.url(state=s.value)}
+                    {
+                        "label": s.value,
+                        "value": s.value,
+                        "selected": params.state == s.value,
+                        "url": params.url(state=s.value),
+                        "total": by_state.get(s.value),
+                    }
                     for s in ItemState
                 ),
             ],
             hidden_for_search=params.hidden(exclude=SEARCH_PARAM),
             hidden_for_filters=params.hidden(exclude=(QUEUE_PARAM, DOMAIN_PARAM)),
             filtered=params.filtered,
+            filters=params.filters(),
             clear_url=params.url(state="", queue="", domain="", q=""),
+            sort={column: params.sort_link(column) for column in sortable},
             page=params.page,
             first_shown=first if rows else 0,
             last_shown=first + len(rows) - 1,
+            total=total,
+            more_than_page=has_next or params.page > 1,
+            past_end=not rows and params.page > 1,
+            last_page=last_page,
+            last_page_url=params.url(page=last_page) if last_page else "",
             prev_url=params.url(page=params.page - 1) if params.page > 1 else "",
             next_url=params.url(page=params.page + 1) if has_next else "",
+            max_across=MAX_ITEMS_ACROSS,
             store_name=type(store).__name__,
             next_path=request.get_full_path(),
+            media=self.media,
         )
         return TemplateResponse(request, "django_mailqueue/admin/queue_list.html", context)
 
@@ -259,7 +303,8 @@ class QueueAdmin(_ModelAdmin):
     # --- actions -------------------------------------------------------------------------
 
     def action_view(self, request: HttpRequest) -> HttpResponse:
-        """Run an action on the items a POST names; reschedule and cancel ask first (a second POST confirms)."""
+        """Run an action on the items a POST names, or on every item matching its filters (`select_across`);
+        all but a send-now of named items ask first (a second POST confirms)."""
         if request.method != "POST":
             return HttpResponseNotAllowed(["POST"])
         self._require_view(request)
@@ -270,75 +315,120 @@ class QueueAdmin(_ModelAdmin):
             return HttpResponseRedirect(back)
         if not request.user.has_perm(action.permission):
             raise PermissionDenied
-        ids = _item_ids(request.POST.getlist("item"))
-        if not ids:
+        now = self.clock.now()
+        store = get_store()
+        confirmed = request.POST.get("confirm") == "yes"
+        form = None
+        if action is RESCHEDULE:
+            form = RescheduleForm(request.POST if confirmed else None)
+            confirmed = form.is_bound and form.is_valid()
+        across = request.POST.get("select_across") == "1"
+        selection = (
+            _Across(ListParams.from_query(QueryDict(request.POST.get("filters", "")), orders=store.orders), now)
+            if across
+            else _item_ids(request.POST.getlist("item"))
+        )
+        if isinstance(selection, list) and not selection:
             self.message_user(
                 request,
                 "Items must be selected in order to perform actions on them. No items have been changed.",
                 messages.WARNING,
             )
             return HttpResponseRedirect(back)
-        if len(ids) > MAX_ITEMS_PER_ACTION:
+        if isinstance(selection, list) and len(selection) > MAX_ITEMS_PER_ACTION:
             self.message_user(request, f"At most {MAX_ITEMS_PER_ACTION} items at a time.", messages.ERROR)
             return HttpResponseRedirect(back)
-        now = self.clock.now()
-        store = get_store()
-        if action is SEND_NOW:
-            result = move_items(store, ids, at=now, now=now)
-            return self._finish(request, action, result, back, detail="")
-        if action is RESCHEDULE:
-            form = RescheduleForm(request.POST if request.POST.get("confirm") == "yes" else None)
-            if form.is_bound and form.is_valid():
-                at: datetime = form.cleaned_data["at"]
-                result = move_items(store, ids, at=at, now=now)
-                return self._finish(request, action, result, back, detail=f"to {at.isoformat()}")
-            return self._confirm(request, action, ids, back, now, form=form)
-        assert action is CANCEL
-        if request.POST.get("confirm") == "yes":
+        at: datetime = form.cleaned_data["at"] if form is not None and confirmed else now
+        beyond = self._past_lifetime(store, selection, at) if action is RESCHEDULE and confirmed else 0
+        if beyond and request.POST.get("past_lifetime") != "yes":
+            confirmed = False
+        if not confirmed and (action is not SEND_NOW or across):
+            return self._confirm(request, action, selection, back, now, form=form, past_lifetime=beyond)
+        try:
+            ids = matching_ids(store, selection.query) if isinstance(selection, _Across) else selection
+        except QueueError as exc:
+            self.message_user(request, f"The queue could not be read: {exc}", messages.ERROR)
+            return HttpResponseRedirect(back)
+        if action is CANCEL:
             result = cancel_items(store, ids, now=now)
             # an item page of a cancelled item has nothing left to show
             if back.startswith(self._url("changelist")) and back.rstrip("/").endswith("/change"):
                 back = self._url("changelist")
             return self._finish(request, action, result, back, detail="")
-        return self._confirm(request, action, ids, back, now, form=None)
+        result = move_items(store, ids, at=at, now=now)
+        return self._finish(request, action, result, back, detail="" if action is SEND_NOW else f"to {at.isoformat()}")
+
+    def _past_lifetime(self, store: QueueStore, selection: _Across | list[uuid.UUID], at: datetime) -> int:
+        """How many of the items (of the first `ACROSS_SAMPLE` matching a filter) `at` is past the lifetime of."""
+        lifetime = timedelta(seconds=get_settings().max_lifetime)
+        try:
+            if isinstance(selection, _Across):
+                items = store.list(selection.query, limit=ACROSS_SAMPLE)
+            else:
+                items = [item for item in map(store.get, selection) if item is not None]
+        except QueueError:
+            return 0
+        return sum(1 for item in items if at >= item.created + lifetime)
 
     def _confirm(
         self,
         request: HttpRequest,
         action: QueueAction,
-        ids: list[uuid.UUID],
+        selection: _Across | list[uuid.UUID],
         back: str,
         now: datetime,
         *,
         form: RescheduleForm | None,
+        past_lifetime: int,
     ) -> HttpResponse:
         store = get_store()
         rows, gone = [], []
-        for item_id in ids:
-            try:
-                item = store.get(item_id)
-            except QueueError as exc:
-                self.message_user(request, f"The queue could not be read: {exc}", messages.ERROR)
-                return HttpResponseRedirect(back)
-            if item is None:
-                gone.append(item_id)
+        matching: Total | None = None
+        try:
+            if isinstance(selection, _Across):
+                found = store.count(selection.query, limit=MAX_ITEMS_ACROSS + 1)
+                matching = Total(min(found, MAX_ITEMS_ACROSS), found > MAX_ITEMS_ACROSS)
+                rows = [self._row(item, now) for item in store.list(selection.query, limit=ACROSS_SAMPLE)]
             else:
-                rows.append(self._row(item, now))
-        if not rows:
-            self.message_user(request, "None of the selected items is in the queue any more.", messages.WARNING)
+                for item_id in selection:
+                    item = store.get(item_id)
+                    if item is None:
+                        gone.append(item_id)
+                    else:
+                        rows.append(self._row(item, now))
+        except QueueError as exc:
+            self.message_user(request, f"The queue could not be read: {exc}", messages.ERROR)
             return HttpResponseRedirect(back)
+        if not rows:
+            self.message_user(
+                request,
+                "No item matches these filters any more."
+                if matching is not None
+                else "None of the selected items is in the queue any more.",
+                messages.WARNING,
+            )
+            return HttpResponseRedirect(back)
+        titles = {SEND_NOW: "Send queued messages now", RESCHEDULE: "Reschedule queued messages"}
+        count = matching.count if matching is not None else len(rows)
         context = self._context(
             request,
-            "Reschedule queued messages" if action is RESCHEDULE else "Cancel queued messages",
+            titles.get(action, "Cancel queued messages"),
             action=action,
             rows=rows,
             gone=gone,
+            count=count,
+            matching=matching,
+            across=selection if isinstance(selection, _Across) else None,
+            unnamed=max(0, count - len(rows)),
             any_leased=any(row.state == ItemState.LEASED.value for row in rows),
             form=form,
+            media=self.media + form.media if form is not None else None,
+            past_lifetime=past_lifetime,
+            max_lifetime=_span(timedelta(seconds=get_settings().max_lifetime)),
             back=back,
             now=now,
         )
-        template = "queue_reschedule.html" if action is RESCHEDULE else "queue_cancel.html"
+        template = "queue_reschedule.html" if action is RESCHEDULE else "queue_confirm.html"
         return TemplateResponse(request, f"django_mailqueue/admin/{template}", context)
 
     def _finish(
@@ -430,63 +520,43 @@ class QueueAdmin(_ModelAdmin):
 
 
 @dataclass(frozen=True)
-class _ListParams:
-    """The list's query string, read leniently: a bad value is ignored, never an error."""
+class _Across:
+    """Every item matching the list's filters, as an action's selection."""
 
-    state: str
-    queue: str
-    domain: str
-    q: str
-    page: int
-
-    @classmethod
-    def from_request(cls, request: HttpRequest) -> _ListParams:
-        get = request.GET
-        state = get.get(STATE_PARAM, "")
-        try:
-            page = min(max(1, int(get.get(PAGE_PARAM, "1"))), MAX_PAGE)
-        except ValueError:
-            page = 1
-        return cls(
-            state=state if state in {s.value for s in ItemState} else "",
-            queue=get.get(QUEUE_PARAM, "").strip()[:100],
-            domain=domain_filter(get.get(DOMAIN_PARAM, "")),
-            q=get.get(SEARCH_PARAM, "").strip()[:320],
-            page=page,
-        )
+    params: ListParams
+    now: datetime
 
     @property
-    def filtered(self) -> bool:
-        return bool(self.state or self.queue or self.domain or self.q)
+    def query(self) -> ItemQuery:
+        return self.params.query(self.now)
 
-    def _values(self) -> dict[str, str]:
-        return {STATE_PARAM: self.state, QUEUE_PARAM: self.queue, DOMAIN_PARAM: self.domain, SEARCH_PARAM: self.q}
+    @property
+    def description(self) -> str:
+        labels = {"state": "state", "queue": "queue", "domain": "recipient domain", "q": "search"}
+        shown = [f"{labels[name]} {value!r}" for name, value in self.params.hidden(exclude=()) if name in labels]
+        return ", ".join(shown) or "none (the whole queue)"
 
-    def url(self, *, page: int = 1, **changes: str) -> str:
-        """This list's query string with `changes`; any change of filter goes back to page 1."""
-        values = {**self._values(), **changes}
-        if page > 1:
-            values[PAGE_PARAM] = str(page)
-        return "?" + urlencode({k: v for k, v in values.items() if v})
 
-    def hidden(self, *, exclude: str | tuple[str, ...]) -> list[tuple[str, str]]:
-        """The filters a form must carry along as hidden inputs."""
-        skip = (exclude,) if isinstance(exclude, str) else exclude
-        return [(k, v) for k, v in self._values().items() if v and k not in skip]
+def _counts_cheaply(store: QueueStore, query: ItemQuery) -> bool:
+    """The totals are counted on each page view only where the count reads an index, never the whole queue."""
+    return query.unfiltered or (store.bounded_counts and not query.search)
 
 
 def _span(delta: timedelta) -> str:
-    """A duration, short and to the minute ("3 d 4 h", "2 h 5 min", "7 min"); "" under a minute."""
-    minutes = int(delta.total_seconds() // 60)
-    if minutes < 1:
+    """A duration, short: "3 d 4 h", "2 h 5 min", "7 min 12 s", "12 s"; "" under a second."""
+    seconds = int(delta.total_seconds())
+    if seconds < 1:
         return ""
+    minutes, seconds = divmod(seconds, 60)
     days, rest = divmod(minutes, 1440)
     hours, minutes = divmod(rest, 60)
     if days:
         return f"{days} d {hours} h" if hours else f"{days} d"
     if hours:
         return f"{hours} h {minutes} min" if minutes else f"{hours} h"
-    return f"{minutes} min"
+    if minutes:
+        return f"{minutes} min {seconds} s" if seconds else f"{minutes} min"
+    return f"{seconds} s"
 
 
 def _list_url(model_admin: QueueAdmin, **filters: str) -> str:

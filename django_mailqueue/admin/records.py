@@ -6,14 +6,23 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
+from django.contrib.admin.views.main import ChangeList
 from django.db.models import QuerySet
 from django.http import HttpRequest
-from django.urls import URLPattern
+from django.urls import URLPattern, reverse
+from django.utils.formats import date_format
+from django.utils.html import format_html
+from django.utils.timezone import localtime
 
+from ..core.errors import QueueError
 from ..history import history_alias
 from ..models import DeliveryRecord
 from ..stores import get_store
 from .headers import secure_urls
+from .listing import id_prefix, wrappable
+
+#: Set on each record of a list page: whether its item is still in the queue (then its id links to it).
+_PRESENT = "_mq_item_present"
 
 if TYPE_CHECKING:
     _ModelAdmin = admin.ModelAdmin[DeliveryRecord]
@@ -24,18 +33,9 @@ else:  # ModelAdmin is generic only in django-stubs
 class DeliveryRecordAdmin(_ModelAdmin):
     """Every delivered, deferred and failed outcome the worker recorded, filterable and searchable."""
 
-    list_display = (
-        "recorded",
-        "state",
-        "recipient",
-        "sender",
-        "queue",
-        "reply",
-        "remote_mta",
-        "attempt",
-        "possibly_delivered",
-    )
-    list_display_links = ("recorded",)
+    # the route host under the reply, "possibly delivered" beside the state: the table fits 1,366 px
+    list_display = ("recorded_at", "item", "outcome", "to", "envelope_sender", "queue", "reply", "attempt")
+    list_display_links = ("recorded_at",)
     list_filter = (
         "state",
         ("recorded", admin.DateFieldListFilter),
@@ -44,7 +44,10 @@ class DeliveryRecordAdmin(_ModelAdmin):
         "possibly_delivered",
     )
     search_fields = ("recipient", "sender", "message_id")
-    search_help_text = "A recipient or sender address (or part of one), a Message-ID, or an item's id."
+    search_help_text = (
+        "A recipient or sender address (or part of one), a Message-ID, "
+        "or an item's id (its first 8 characters or more)."
+    )
     list_per_page = 100
     # the history can be long: no count of every row on each page
     show_full_result_count = False
@@ -67,14 +70,64 @@ class DeliveryRecordAdmin(_ModelAdmin):
     )
     readonly_fields = fields
 
-    @admin.display(description="reply")
     def get_urls(self) -> list[URLPattern]:
         return secure_urls(super().get_urls())
 
+    def get_changelist_instance(self, request: HttpRequest) -> ChangeList:
+        """The page's records, each told whether its item is still queued (one `get` per item on the page)."""
+        changelist = super().get_changelist_instance(request)
+        store = get_store()
+        present: dict[uuid.UUID, bool] = {}
+        for record in changelist.result_list:
+            if record.item_id not in present:
+                try:
+                    present[record.item_id] = store.get(record.item_id) is not None
+                except QueueError:
+                    present[record.item_id] = False
+            setattr(record, _PRESENT, present[record.item_id])
+        return changelist
+
+    @admin.display(description="recorded", ordering="recorded")
+    def recorded_at(self, record: DeliveryRecord) -> str:
+        return date_format(localtime(record.recorded), "Y-m-d H:i:s")
+
+    @admin.display(description="item")
+    def item(self, record: DeliveryRecord) -> str:
+        """The first characters of the item's id (the history search finds them), linked to the item while queued."""
+        short = f"{record.item_id.hex[:8]}…"
+        if getattr(record, _PRESENT, False):
+            url = reverse(f"{self.admin_site.name}:django_mailqueue_queueditem_change", args=[record.item_id])
+            return format_html('<a href="{}" title="{}" class="mq-item-link">{}</a>', url, record.item_id, short)
+        return format_html('<span title="{} (no longer queued)">{}</span>', record.item_id, short)
+
+    @admin.display(description="state", ordering="state")
+    def outcome(self, record: DeliveryRecord) -> str:
+        if record.possibly_delivered:
+            return format_html(
+                '{} <span class="mq-possibly" title="{}">possibly delivered</span>',
+                record.state,
+                ("the reply after the final “.” was lost: the recipient may have the message already"),
+            )
+        return record.state
+
+    @admin.display(description="recipient", ordering="recipient")
+    def to(self, record: DeliveryRecord) -> str:
+        return wrappable(record.recipient)
+
+    @admin.display(description="sender", ordering="sender")
+    def envelope_sender(self, record: DeliveryRecord) -> str:
+        if not record.sender:
+            return format_html('<span title="{}">&lt;&gt;</span>', "the null sender (a DSN)")
+        return wrappable(record.sender)
+
+    @admin.display(description="reply")
     def reply(self, record: DeliveryRecord) -> str:
         code = "" if record.reply_code is None else f"{record.reply_code} "
         text = record.reply_text if len(record.reply_text) <= 120 else record.reply_text[:120] + " …"
-        return f"{code}{record.reply_status} {text}".strip()
+        reply = f"{code}{record.reply_status} {text}".strip()
+        if not record.remote_mta:
+            return reply
+        return format_html('{}<div class="mq-route" title="route host">{}</div>', reply, record.remote_mta)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[DeliveryRecord]:
         # the database the worker writes the history to (the ORM store's)
@@ -83,11 +136,12 @@ class DeliveryRecordAdmin(_ModelAdmin):
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[DeliveryRecord], search_term: str
     ) -> tuple[QuerySet[DeliveryRecord], bool]:
-        try:
-            item_id = uuid.UUID(search_term.strip())
-        except ValueError:
+        prefix = id_prefix(search_term)
+        if prefix is None:
             return super().get_search_results(request, queryset, search_term)
-        return queryset.filter(item_id=item_id), False
+        # a range of the item_id index: a uuid compares as its hex digits do
+        low, high = uuid.UUID(prefix.ljust(32, "0")), uuid.UUID(prefix.ljust(32, "f"))
+        return queryset.filter(item_id__gte=low, item_id__lte=high), False
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

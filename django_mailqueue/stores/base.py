@@ -61,6 +61,10 @@ class QueueStore(abc.ABC):
     #: The orders `list` gives from an index (no sort of the whole queue): the admin's sortable columns.
     orders: frozenset[ItemOrder] = frozenset(ItemOrder)
 
+    #: `count(query, limit=n)` of a state, queue, domain or id-prefix filter reads an index, about n entries at
+    #: most, not the whole queue: the admin then shows its totals on every page view.
+    bounded_counts: bool = True
+
     #: A store whose add joins the caller's database transaction.
     supports_transactional_add: bool = False
     """True when an add inside `transaction.atomic()` is undone by its rollback."""
@@ -177,6 +181,13 @@ class QueueStore(abc.ABC):
     def cancel(self, item_id: uuid.UUID) -> QueueItem | None:
         """Drop an item and its message, leased or not; the item as it stood, or None."""
 
+    def cancel_many(self, item_ids: Sequence[uuid.UUID]) -> builtins.list[QueueItem | None]:
+        """`cancel` for several items: one answer per id, in order (the admin's action on a filter).
+
+        The default calls `cancel` for each; a store may drop them in one step.
+        """
+        return [self.cancel(item_id) for item_id in item_ids]
+
     # --- reading ---------------------------------------------------------------
 
     @abc.abstractmethod
@@ -288,6 +299,9 @@ class QueueStore(abc.ABC):
 
     async def acancel(self, item_id: uuid.UUID) -> QueueItem | None:
         return await self._in_thread(self.cancel, item_id)
+
+    async def acancel_many(self, item_ids: Sequence[uuid.UUID]) -> builtins.list[QueueItem | None]:
+        return await self._in_thread(self.cancel_many, item_ids)
 
     async def aget(self, item_id: uuid.UUID) -> QueueItem | None:
         return await self._in_thread(self.get, item_id)

@@ -70,6 +70,8 @@ class RedisStore(QueueStore):
     supports_transactional_add = False
     #: the items sorted set gives the next-attempt order either way; no key orders the items by age
     orders = frozenset({ItemOrder.NEXT_ATTEMPT, ItemOrder.NEXT_ATTEMPT_DESC})
+    #: a filter reads the items (no key indexes states, queues or domains): only the total of all is cheap
+    bounded_counts = False
 
     def __init__(self, options: Mapping[str, Any] | None = None, *, max_items: int | None = None) -> None:
         super().__init__(options, max_items=max_items)

@@ -70,25 +70,30 @@ def messages(browser: WebDriver) -> list[str]:
     return [li.text for li in browser.find_elements(By.CSS_SELECTOR, "ul.messagelist li")]
 
 
-def screenshot(browser: WebDriver, path: Any, *, width: int = 1440, max_height: int = 3000) -> None:
-    """A PNG of the page's content, the admin's navigation sidebar folded away (then unfolded again)."""
+def screenshot(
+    browser: WebDriver, path: Any, *, width: int = 1440, max_height: int = 3000, fold_sidebar: bool = True
+) -> None:
+    """A PNG of the page's content, the admin's navigation sidebar folded away (then unfolded again) unless not."""
     toggle = browser.find_elements("id", "toggle-nav-sidebar")
+    size = browser.get_window_size()
     folded = (
-        bool(toggle)
+        fold_sidebar
+        and bool(toggle)
         and toggle[0].is_displayed()
         and bool(browser.execute_script("return document.getElementById('main').classList.contains('shifted')"))
     )
     if folded:
         toggle[0].click()
-    browser.set_window_size(width, 3000)
-    bottom = browser.execute_script(
-        "const c = document.getElementById('content') || document.body;"
-        "return Math.ceil(c.getBoundingClientRect().bottom + window.scrollY);"
+    browser.set_window_size(width, 900)
+    # the page's height, and what the window adds around the page (headless Chromium's is not nothing)
+    height, chrome = browser.execute_script(
+        "window.scrollTo(0, 0);return [document.documentElement.scrollHeight, window.outerHeight - window.innerHeight];"
     )
-    browser.set_window_size(width, min(max(int(bottom) + 40, 500), max_height))
+    browser.set_window_size(width, min(max(int(height), 500), max_height) + int(chrome))
+    browser.execute_script("window.scrollTo(0, 0);")
     try:
         browser.save_screenshot(str(path))
     finally:
-        browser.set_window_size(1400, 1000)
+        browser.set_window_size(size["width"], size["height"])
         if folded:
             browser.find_element("id", "toggle-nav-sidebar").click()

@@ -9,6 +9,7 @@ import tempfile
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -191,6 +192,18 @@ def browser(chromium: str) -> Iterator[Any]:
     finally:
         driver.quit()
         shutil.rmtree(profile, ignore_errors=True)
+
+
+@pytest.fixture
+def screenshots() -> Path | None:
+    """Where to save screenshots of the pages: MAILQUEUE_ADMIN_SCREENSHOTS (`docs/images` makes the docs' ones);
+    unset, none are taken (each costs a second or two)."""
+    target = os.environ.get("MAILQUEUE_ADMIN_SCREENSHOTS")
+    if not target:
+        return None
+    path = Path(target)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 @pytest.fixture(autouse=True)

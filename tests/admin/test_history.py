@@ -23,7 +23,7 @@ HISTORY = "admin:django_mailqueue_deliveryrecord_changelist"
 def recipients(client: Client, **params: str) -> set[str]:
     """The recipients of the history records a list page shows."""
     html = client.get(reverse(HISTORY), params).content.decode()
-    return set(re.findall(r'<td class="field-recipient">([^<]*)</td>', html))
+    return {cell.replace("<wbr>", "") for cell in re.findall(r'<td class="field-to">(.*?)</td>', html)}
 
 
 @pytest.mark.django_db(transaction=True)
@@ -63,6 +63,16 @@ def test_a_worker_run_leaves_a_record_per_outcome_listed_in_the_admin(mail_world
         assert "550 5.1.1 No such user here" in operator_client.get(reverse(HISTORY)).content.decode()
         assert recipients(operator_client, q="greylisted") == {"greylisted@dest.test"}
         assert recipients(operator_client, q=str(item.id)) == everyone - {"sender@origin.test"}
+        # the item's id as the rows show it: its first 8 characters, linked to the item while it is queued
+        page = operator_client.get(reverse(HISTORY)).content.decode()
+        item_url = reverse("admin:django_mailqueue_queueditem_change", args=[item.id])
+        assert f'<a href="{item_url}" title="{item.id}" class="mq-item-link">{item.id.hex[:8]}…</a>' in page
+        assert recipients(operator_client, q=item.id.hex[:8]) == everyone - {"sender@origin.test"}
+        assert recipients(operator_client, q=item.id.hex[:8] + "…") == everyone - {"sender@origin.test"}
+        assert re.search(r'class="field-recorded_at[^"]*"><a href="[^"]+">\d{4}-\d\d-\d\d \d\d:\d\d:\d\d</a>', page)
+        assert '<span title="the null sender (a DSN)">&lt;&gt;</span>' in page  # the DSN's row
+        dsn_item = f'<span title="{dsn.item_id} (no longer queued)">{dsn.item_id.hex[:8]}…</span>'
+        assert dsn_item in page  # delivered: no longer queued
         assert recipients(operator_client, q=item.message_id.strip("<>")) == everyone - {"sender@origin.test"}
         assert recipients(operator_client, domain="origin.test") == {"sender@origin.test"}
         assert recipients(operator_client, queue="default") == everyone

@@ -11,7 +11,8 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
-from django_mailqueue.core.items import ItemState
+from django_mailqueue.admin.listing import TOTAL_BOUND
+from django_mailqueue.core.items import ItemQuery, ItemState
 from django_mailqueue.stores.base import QueueStore
 from tests.admin.queue_data import Queue
 
@@ -38,7 +39,7 @@ def test_the_list_shows_every_item_with_its_state(operator_client: Client, queue
     for state in ItemState:
         assert f'mq-state mq-state-{state.value}">{state.value}<' in html
     assert "451 4.7.1 Greylisted" in html  # the last reply
-    assert "reader1@list.test, reader2@list.test, reader3@list.test" in html and "and 4 more" in html
+    assert "reader1@<wbr>list.test, reader2@<wbr>list.test, reader3@<wbr>list.test" in html and "and 4 more" in html
     assert 'name="action"' in html and "Send now" in html and "Cancel" in html
 
 
@@ -64,13 +65,20 @@ def test_filters_and_search(operator_client: Client, queue: Queue, params: dict[
     assert listed(page.content.decode()) == expected(queue)  # type: ignore[operator]
 
 
-def test_paging_goes_by_next_links_without_counting(
+def test_paging_goes_by_next_links_counting_only_to_a_bound(
     operator_client: Client, queue: Queue, store: QueueStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from django_mailqueue.admin.queue import QueueAdmin
 
     monkeypatch.setattr(QueueAdmin, "list_per_page", 4)
-    monkeypatch.setattr(type(store), "count", lambda *a, **k: pytest.fail("the list counted the queue"))
+    counting = type(store).count
+
+    def bounded(self: QueueStore, query: ItemQuery | None = None, *, limit: int | None = None) -> int:
+        assert limit == TOTAL_BOUND + 1, "the list counted the whole queue"
+        assert self.bounded_counts or query is None or query.unfiltered, "a filter counted on Redis"
+        return counting(self, query, limit=limit)
+
+    monkeypatch.setattr(type(store), "count", bounded)
     seen: list[str] = []
     url = reverse(LIST) + "?state="
     for page_number in (1, 2, 3):
@@ -141,18 +149,19 @@ def test_reschedule_asks_for_a_time_then_moves_the_items(
     form = operator_client.post(reverse(ACTION), {"action": "reschedule", "item": chosen})
     assert form.status_code == 200
     html = form.content.decode()
-    assert 'name="at"' in html and 'name="confirm" value="yes"' in html
+    assert 'name="at_0"' in html and 'name="at_1"' in html and 'name="confirm" value="yes"' in html
     assert all(f'name="item" value="{i}"' in html for i in chosen)
     bad = operator_client.post(
-        reverse(ACTION), {"action": "reschedule", "item": chosen, "confirm": "yes", "at": "soon"}
+        reverse(ACTION), {"action": "reschedule", "item": chosen, "confirm": "yes", "at_0": "soon", "at_1": "4:05"}
     )
-    assert bad.status_code == 200 and "Enter a valid date/time" in bad.content.decode()
+    assert bad.status_code == 200 and "Enter a valid date." in bad.content.decode()
     assert store.get(queue.due[0].id).next_attempt == queue.due[0].next_attempt  # type: ignore[union-attr]
-    done = operator_client.post(
-        reverse(ACTION),
-        {"action": "reschedule", "item": chosen, "confirm": "yes", "at": "2031-02-03 04:05"},
-        follow=True,
-    )
+    confirmed = {"action": "reschedule", "item": chosen, "confirm": "yes", "at_0": "2031-02-03", "at_1": "04:05"}
+    warned = operator_client.post(reverse(ACTION), confirmed).content.decode()
+    assert "This time is past the lifetime (MAX_LIFETIME, 5 d from when it was queued) of 2 of these items" in warned
+    assert 'name="past_lifetime" value="yes"' in warned and 'value="2031-02-03"' in warned
+    assert store.get(queue.due[0].id).next_attempt == queue.due[0].next_attempt  # type: ignore[union-attr]
+    done = operator_client.post(reverse(ACTION), {**confirmed, "past_lifetime": "yes"}, follow=True)
     assert "2 queued messages rescheduled to 2031-02-03T04:05:00+00:00" in done.content.decode()
     for item_id in (queue.due[0].id, queue.deferred.id):
         assert store.get(item_id).next_attempt == datetime(2031, 2, 3, 4, 5, tzinfo=UTC)  # type: ignore[union-attr]
@@ -218,12 +227,30 @@ def test_the_admin_index_lists_the_queue_and_the_history(operator_client: Client
     html = operator_client.get(reverse("admin:index")).content.decode()
     assert reverse(LIST) in html and reverse("admin:django_mailqueue_deliveryrecord_changelist") in html
     assert "Queued messages" in html and "Delivery records" in html
+    # the overview too, through a proxy model whose page leads to it
+    entry = reverse("admin:django_mailqueue_queueoverview_changelist")
+    assert f'<a href="{entry}">Queue overview</a>' in html
+    assert operator_client.get(entry)["Location"] == reverse(OVERVIEW)
+    sidebar = operator_client.get(reverse(LIST)).content.decode()
+    assert f'<a href="{entry}">Queue overview</a>' in sidebar.split('id="nav-sidebar"')[1]
+
+
+def test_the_overview_entry_is_only_for_those_who_may_view_the_queue(db: None) -> None:
+    from tests.admin.conftest import make_staff
+
+    history_only = Client()
+    history_only.force_login(make_staff("history-only", "view_deliveryrecord"))
+    html = history_only.get(reverse("admin:index")).content.decode()
+    assert "Delivery records" in html and "Queue overview" not in html
+    assert history_only.get(reverse("admin:django_mailqueue_queueoverview_changelist")).status_code == 403
 
 
 def test_reschedule_can_move_an_item_into_the_past(operator_client: Client, queue: Queue, store: QueueStore) -> None:
     when = (datetime.now(UTC) - timedelta(days=1)).strftime("%Y-%m-%d %H:%M")
+    day, time = when.split()
     operator_client.post(
-        reverse(ACTION), {"action": "reschedule", "item": str(queue.scheduled.id), "confirm": "yes", "at": when}
+        reverse(ACTION),
+        {"action": "reschedule", "item": str(queue.scheduled.id), "confirm": "yes", "at_0": day, "at_1": time},
     )
     moved = store.get(queue.scheduled.id)
     assert moved is not None and moved.next_attempt.strftime("%Y-%m-%d %H:%M") == when

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 import pytest
 from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import User
@@ -26,12 +28,21 @@ def client_for(user: User) -> Client:
 
 def forged_posts(queue: Queue) -> list[dict[str, object]]:
     """Each action, as a POST that would carry it out at once (confirmed, with a valid time)."""
+    tomorrow = (datetime.now(UTC) + timedelta(days=1)).strftime("%Y-%m-%d")
     return [
         {"action": "send_now", "item": [str(queue.scheduled.id)]},
-        {"action": "reschedule", "item": [str(queue.scheduled.id)], "confirm": "yes", "at": "2031-01-01 00:00"},
+        {
+            "action": "reschedule",
+            "item": [str(queue.scheduled.id)],
+            "confirm": "yes",
+            "at_0": tomorrow,
+            "at_1": "00:00",
+        },
         {"action": "reschedule", "item": [str(queue.scheduled.id)]},
         {"action": "cancel", "item": [str(queue.scheduled.id), str(queue.due[0].id)], "confirm": "yes"},
         {"action": "cancel", "item": [str(queue.scheduled.id)]},
+        {"action": "cancel", "select_across": "1", "filters": "", "confirm": "yes"},
+        {"action": "send_now", "select_across": "1", "filters": "state=scheduled", "confirm": "yes"},
     ]
 
 

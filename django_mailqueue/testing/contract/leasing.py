@@ -131,3 +131,13 @@ class Leasing(ContractBase):
         assert store.cancel(added.id) is None
         done = Completion((outcome("rcpt@example.org", RecipientState.DELIVERED),), next_attempt=T0)
         assert store.complete(added.id, owner="a", revision=cancelled.revision, completion=done) is None
+
+    def test_cancel_many_drops_each_and_answers_in_order(self, store: QueueStore) -> None:
+        leased, kept, plain = (store.add(new_item([f"r{n}@example.org"]), now=T0) for n in range(3))
+        assert self.claim_one(store, owner="a").id == leased.id
+        answers = store.cancel_many([plain.id, uuid.uuid4(), leased.id, plain.id])
+        assert [a.id if a else None for a in answers] == [plain.id, None, leased.id, None]
+        assert answers[2] is not None and answers[2].owner == "a"
+        for item in (plain, leased):
+            assert store.get(item.id) is None and store.read_message(item.id) is None
+        assert store.get(kept.id) is not None and store.cancel_many([]) == []
