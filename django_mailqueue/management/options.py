@@ -74,7 +74,10 @@ def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--queue", default=None, help="only items of this queue")
     parser.add_argument("--domain", type=domain, default=None, help="only items with a recipient at this domain")
     parser.add_argument(
-        "--search", type=search, default=None, help="only items whose sender or a recipient contains this text"
+        "--search",
+        type=search,
+        default=None,
+        help="only items whose sender, a recipient or the subject contains this text",
     )
     parser.add_argument(
         "--older-than",
