@@ -475,6 +475,10 @@ class Worker:
                 if await self._pause_to_retry(attempt, exc, retry):
                     continue
                 if exc.code == Code.LEASE_LOST:
+                    if attempt.lost:
+                        return False, record  # the lease renewer found it first, and counted and told it
+                    # Marked before telling: the renewer must not count it again, nor cancel this task's tell.
+                    attempt.lost = True
                     self.stats.leases_lost += 1
                 if not retry.told or exc.code != Code.STORE_UNAVAILABLE:
                     await self._error(exc, item.id)
