@@ -11,9 +11,19 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from ..core.errors import Code, QueueError
-from ..core.items import CompleteRequest, Completion, ItemOrder, ItemQuery, NewItem, QueueItem, RecipientOutcome
+from ..core.items import (
+    CompleteRequest,
+    Completion,
+    ItemOrder,
+    ItemQuery,
+    NewItem,
+    QueueItem,
+    RecipientOutcome,
+    Reply,
+)
+from ..core.shaping import MAX_KEY, Suspension
 from ..core.status import QueueSummary
-from ..core.text import refuse_line_breaks, refuse_unkeepable
+from ..core.text import refuse_controls, refuse_line_breaks, refuse_unkeepable
 
 _T = TypeVar("_T")
 
@@ -188,6 +198,46 @@ class QueueStore(abc.ABC):
         """
         return [self.cancel(item_id) for item_id in item_ids]
 
+    # --- traffic shaping: rates shared by every worker, suspended destinations ---------
+
+    def take_tokens(self, key: str, *, rate: float, burst: int, want: int, now: datetime) -> int:
+        """Take up to `want` whole tokens from the bucket `key`; how many were taken (0 when it is empty).
+
+        The bucket refills `rate` tokens a second up to `burst` and starts full; it is shared by every
+        worker of the store, and a take is atomic: takers together never get more than the bucket
+        allows (`core.shaping.take_from_bucket` is the rule). A `now` behind the bucket's last take
+        refills nothing. Raises `INVALID` for a bad key or figures.
+        """
+        raise NotImplementedError(f"{type(self).__name__}.take_tokens")
+
+    def suspend(self, destination: str, *, until: datetime, reply: Reply, now: datetime) -> Suspension:
+        """Record that no worker opens a new connection to `destination` before `until`; the record kept.
+
+        Atomic (`core.shaping.next_suspension` is the rule): with a record (even one whose `until` has
+        passed, until it is forgotten), `strikes` is its strikes + 1, `until` the later of the two and
+        `since` kept; else `strikes` is 1 and `since` is `now`. The reply is the one given.
+        """
+        raise NotImplementedError(f"{type(self).__name__}.suspend")
+
+    def suspensions(self, *, now: datetime, destinations: Sequence[str] | None = None) -> builtins.list[Suspension]:
+        """The suspensions in force at `now` (`until > now`), of every destination or only of `destinations`,
+        by destination; one round trip."""
+        raise NotImplementedError(f"{type(self).__name__}.suspensions")
+
+    def clear_suspension(self, destination: str) -> bool:
+        """Forget `destination`'s record (a success, or an operator's "resume now"); True when there was one.
+        Its next suspension has 1 strike."""
+        raise NotImplementedError(f"{type(self).__name__}.clear_suspension")
+
+    def defer_destination(self, domains: Sequence[str], *, until: datetime, now: datetime) -> int:
+        """Move every item not leased at `now`, whose pending recipients are all at `domains` and whose next
+        attempt is before `until`, to `next_attempt = until`; how many moved.
+
+        No attempt is counted, the recipients' replies are kept, the revision is bumped. The store's work is
+        in proportion to the items at those domains (its recipient-domain index), not to the queue.
+        """
+        raise NotImplementedError(f"{type(self).__name__}.defer_destination")
+
     # --- reading ---------------------------------------------------------------
 
     @abc.abstractmethod
@@ -303,6 +353,23 @@ class QueueStore(abc.ABC):
     async def acancel_many(self, item_ids: Sequence[uuid.UUID]) -> builtins.list[QueueItem | None]:
         return await self._in_thread(self.cancel_many, item_ids)
 
+    async def atake_tokens(self, key: str, *, rate: float, burst: int, want: int, now: datetime) -> int:
+        return await self._in_thread(self.take_tokens, key, rate=rate, burst=burst, want=want, now=now)
+
+    async def asuspend(self, destination: str, *, until: datetime, reply: Reply, now: datetime) -> Suspension:
+        return await self._in_thread(self.suspend, destination, until=until, reply=reply, now=now)
+
+    async def asuspensions(
+        self, *, now: datetime, destinations: Sequence[str] | None = None
+    ) -> builtins.list[Suspension]:
+        return await self._in_thread(self.suspensions, now=now, destinations=destinations)
+
+    async def aclear_suspension(self, destination: str) -> bool:
+        return await self._in_thread(self.clear_suspension, destination)
+
+    async def adefer_destination(self, domains: Sequence[str], *, until: datetime, now: datetime) -> int:
+        return await self._in_thread(self.defer_destination, domains, until=until, now=now)
+
     async def aget(self, item_id: uuid.UUID) -> QueueItem | None:
         return await self._in_thread(self.get, item_id)
 
@@ -408,3 +475,39 @@ def check_owner(owner: str) -> None:
     refuse_unkeepable(owner, "the owner")
     if len(owner) > 200:
         raise QueueError(Code.INVALID, "owner must be at most 200 characters")
+
+
+def check_take(key: str, rate: float, burst: int, want: int, now: datetime) -> None:
+    """Refuse a `take_tokens` call no store can answer (`INVALID`)."""
+    check_key(key, "a bucket's key")
+    if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 < rate < float("inf"):
+        raise QueueError(Code.INVALID, "a bucket's rate must be a positive number of tokens a second")
+    if isinstance(burst, bool) or not isinstance(burst, int) or burst < 1:
+        raise QueueError(Code.INVALID, "a bucket's burst must be a whole number of at least 1")
+    if isinstance(want, bool) or not isinstance(want, int) or want < 0:
+        raise QueueError(Code.INVALID, "the tokens wanted must be a whole number of at least 0")
+    check_aware(now, "now")
+
+
+def check_suspend(destination: str, until: datetime, reply: Reply, now: datetime) -> None:
+    """Refuse a `suspend` call holding what no store may keep (`INVALID`)."""
+    check_key(destination, "a destination")
+    refuse_unkeepable(reply.text, "a reply's text")
+    refuse_unkeepable(reply.status, "a reply's status")
+    check_aware(until, "until")
+    check_aware(now, "now")
+
+
+def check_key(key: str, what: str) -> None:
+    """Refuse a destination or bucket key no store keeps (`INVALID`): empty, too long, a control character."""
+    if not isinstance(key, str) or not key:
+        raise QueueError(Code.INVALID, f"{what} must be a non-empty string")
+    if len(key) > MAX_KEY:
+        raise QueueError(Code.INVALID, f"{what} must be at most {MAX_KEY} characters")
+    refuse_unkeepable(key, what)
+    refuse_controls(key, what)
+
+
+def check_aware(when: datetime, what: str) -> None:
+    if not isinstance(when, datetime) or when.tzinfo is None:
+        raise QueueError(Code.INVALID, f"{what} must be an aware datetime")

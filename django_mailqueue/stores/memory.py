@@ -20,10 +20,22 @@ from ..core.items import (
     NewItem,
     QueueItem,
     Recipient,
+    Reply,
     apply_completion,
     matches,
 )
-from .base import QueueStore, check_completion, check_new_item, check_order, check_owner
+from ..core.shaping import Suspension, forgotten, next_suspension, take_from_bucket
+from .base import (
+    QueueStore,
+    check_aware,
+    check_completion,
+    check_key,
+    check_new_item,
+    check_order,
+    check_owner,
+    check_suspend,
+    check_take,
+)
 
 
 class MemoryStore(QueueStore):
@@ -42,6 +54,9 @@ class MemoryStore(QueueStore):
         self._messages: dict[uuid.UUID, bytes] = {}
         self._seq = itertools.count(1)
         self._generation = 0
+        #: token buckets: key -> (tokens, when last taken)
+        self._buckets: dict[str, tuple[float, datetime]] = {}
+        self._suspensions: dict[str, Suspension] = {}
 
     # --- writing ------------------------------------------------------------------
 
@@ -162,6 +177,60 @@ class MemoryStore(QueueStore):
             entry = self._items.pop(item_id, None)
             self._messages.pop(item_id, None)
             return entry[1] if entry else None
+
+    # --- traffic shaping ------------------------------------------------------------
+
+    def take_tokens(self, key: str, *, rate: float, burst: int, want: int, now: datetime) -> int:
+        check_take(key, rate, burst, want, now)
+        with self._lock:
+            tokens, updated = self._buckets.get(key, (0.0, None))
+            taken, left, updated = take_from_bucket(tokens, updated, rate=rate, burst=burst, want=want, now=now)
+            self._buckets[key] = (left, updated)
+            return taken
+
+    def suspend(self, destination: str, *, until: datetime, reply: Reply, now: datetime) -> Suspension:
+        check_suspend(destination, until, reply, now)
+        with self._lock:
+            # Records forgotten are dropped here, by the write that would meet them.
+            for stale in [d for d, s in self._suspensions.items() if forgotten(s.until, now)]:
+                del self._suspensions[stale]
+            kept = next_suspension(self._suspensions.get(destination), destination, until=until, reply=reply, now=now)
+            self._suspensions[destination] = kept
+            return kept
+
+    def suspensions(self, *, now: datetime, destinations: Sequence[str] | None = None) -> builtins.list[Suspension]:
+        check_aware(now, "now")
+        with self._lock:
+            found = [s for s in self._suspensions.values() if s.until > now]
+        if destinations is not None:
+            wanted = set(destinations)
+            found = [s for s in found if s.destination in wanted]
+        return sorted(found, key=lambda s: s.destination)
+
+    def clear_suspension(self, destination: str) -> bool:
+        check_key(destination, "a destination")
+        with self._lock:
+            return self._suspensions.pop(destination, None) is not None
+
+    def defer_destination(self, domains: Sequence[str], *, until: datetime, now: datetime) -> int:
+        check_aware(until, "until")
+        check_aware(now, "now")
+        for domain in domains:
+            check_key(domain, "a domain")
+        wanted = {d.lower() for d in domains}
+        moved = 0
+        with self._lock:  # the memory store has no domain index: it looks at every item
+            for item_id, (seq, item) in self._items.items():
+                pending = item.pending
+                if (
+                    pending
+                    and item.next_attempt < until
+                    and not item.leased_at(now)
+                    and all(r.domain in wanted for r in pending)
+                ):
+                    self._items[item_id] = (seq, replace(item, next_attempt=until, revision=item.revision + 1))
+                    moved += 1
+        return moved
 
     # --- reading ------------------------------------------------------------------
 

@@ -15,11 +15,11 @@ from django_mailqueue.stores.memory import MemoryStore
 from django_mailqueue.stores.orm import OrmStore
 from django_mailqueue.stores.orm.portable import PortableDialect
 from django_mailqueue.testing import QueueStoreContract
-from django_mailqueue.testing.contract import LATER, NO, OK, T0, StoreFactory, at, new_item, outcome
+from django_mailqueue.testing.contract import LATER, NO, OK, T0, Shaping, StoreFactory, at, new_item, outcome
 from tests.support.databases import DATABASES, PREPARED
 
 
-class TestMemoryStore(QueueStoreContract):
+class TestMemoryStore(QueueStoreContract, Shaping):
     @pytest.fixture
     def make_store(self) -> StoreFactory:
         def make(max_items: int | None = None) -> QueueStore:

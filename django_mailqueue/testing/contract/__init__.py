@@ -16,7 +16,7 @@ store of your own overrides `lose_message(store, item_id)`, else that test
 is skipped. Thread tests call `end_thread()` in each thread they start;
 the default closes Django's database connections. Each part of the contract
 is a class of its own (`Adding`, `Leasing`, `Completing`, `CompletingWithDsns`,
-`Reading`), should a store want to run only some.
+`Reading`, `Shaping`), should a store want to run only some.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from .completing import Completing
 from .dsns import CompletingWithDsns
 from .leasing import Leasing
 from .reading import Reading
+from .shaping import Shaping
 from .support import LATER, NO, OK, T0, ContractBase, StoreFactory, at, new_item, outcome
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "Leasing",
     "QueueStoreContract",
     "Reading",
+    "Shaping",
     "StoreFactory",
     "at",
     "new_item",
