@@ -1,4 +1,4 @@
-"""The ORM store's tables: items, their recipients, their messages, and a lock row.
+"""The ORM store's tables: items, recipients, messages, a lock row, shaping's buckets and suspensions, history.
 
 Times are whole microseconds since the Unix epoch (UTC) in integer columns, so
 the queue is exact and works the same whatever `USE_TZ` says.
@@ -112,6 +112,48 @@ class QueueLock(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class RateBucket(models.Model):
+    """A token bucket of traffic shaping (`QueueStore.take_tokens`), shared by every worker of the store."""
+
+    name = models.CharField(max_length=300, primary_key=True)
+    #: the last take's figures: tokens a second, and the most the bucket holds
+    rate = models.FloatField()
+    burst = models.IntegerField()
+    #: the tokens the bucket held at its last take, before it; that take got min(wanted, whole tokens)
+    tokens = models.FloatField()
+    wanted = models.IntegerField()
+    #: when the bucket was last taken from (microseconds since the epoch, the takers' clock)
+    updated = models.BigIntegerField()
+
+    class Meta:
+        db_table = "mailqueue_bucket"
+        verbose_name = "rate bucket"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Suspension(models.Model):
+    """A destination no worker connects to before `until` (`QueueStore.suspend`); kept a day past it."""
+
+    destination = models.CharField(max_length=300, primary_key=True)
+    until = models.BigIntegerField(db_index=True)
+    since = models.BigIntegerField()
+    strikes = models.IntegerField()
+    reply_code = models.SmallIntegerField(null=True, blank=True)
+    reply_status = models.CharField(max_length=16, blank=True)
+    reply_text = models.TextField(blank=True)
+
+    class Meta:
+        db_table = "mailqueue_suspension"
+        verbose_name = "suspended destination"
+        # The admin's "resume now" on the overview page (viewing takes the overview's view permission).
+        permissions = [("resume_suspension", "Can resume suspended destinations")]
+
+    def __str__(self) -> str:
+        return self.destination
 
 
 class DeliveryRecord(models.Model):

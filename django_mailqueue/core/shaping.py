@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -10,6 +11,8 @@ from .items import Reply
 #: A suspension record older than this past its `until` is forgotten: its strikes start again at 1. Stores may
 #: drop such records (each says where: docs/stores.md, "Shaping"); until they do, they treat them as absent.
 FORGET_AFTER = timedelta(days=1)
+#: What a bucket's tokens are rounded up by before its whole tokens are counted (see `take_from_bucket`).
+TOKEN_SLACK = 1e-9
 #: The longest shaping key a store keeps: "relay:" + a host name (253) + ":" + a port, with room to spare.
 MAX_KEY = 300
 
@@ -46,18 +49,29 @@ def next_suspension(
     )
 
 
-def take_from_bucket(
-    tokens: float, updated: datetime | None, *, rate: float, burst: int, want: int, now: datetime
-) -> tuple[int, float, datetime]:
-    """A token bucket's take: (taken, tokens left, the bucket's new time). `updated` None: a new bucket, full.
+def refill(left: float, updated: int | None, *, rate: float, burst: int, now: int) -> tuple[float, int]:
+    """A bucket's tokens at `now` and its new time, given what its last take left at `updated` (None: a new
+    bucket, full). Times are microseconds since the epoch (`clock.to_micros`). A clock behind the bucket's
+    (another machine's) refills nothing and keeps the bucket's time.
 
-    The reference rule; the Redis script and the SQL statements compute the same in their own language.
-    A clock behind the bucket's (another machine's) refills nothing and keeps the bucket's time.
+    The reference rule: the Redis script and the SQL statements compute the same, in the same order of
+    floating-point operations.
     """
     if updated is None:
-        tokens, updated = float(burst), now
-    elif now > updated:
-        tokens = min(float(burst), tokens + (now - updated).total_seconds() * rate)
-        updated = now
-    taken = min(want, int(tokens))
+        return float(burst), now
+    return min(float(burst), left + (now - updated) * rate / 1e6 if now > updated else left), max(updated, now)
+
+
+def whole_tokens(tokens: float, want: int) -> int:
+    """What a take of `want` gets from `tokens`: the whole tokens, at most `want` (`TOKEN_SLACK`: a token a
+    rounding error short of whole counts)."""
+    return min(want, math.floor(tokens + TOKEN_SLACK))
+
+
+def take_from_bucket(
+    left: float, updated: int | None, *, rate: float, burst: int, want: int, now: int
+) -> tuple[int, float, int]:
+    """A take: (taken, tokens left, the bucket's new time); see `refill` and `whole_tokens`."""
+    tokens, updated = refill(left, updated, rate=rate, burst=burst, now=now)
+    taken = whole_tokens(tokens, want)
     return taken, tokens - taken, updated

@@ -200,6 +200,7 @@ class QueueStore(abc.ABC):
 
     # --- traffic shaping: rates shared by every worker, suspended destinations ---------
 
+    @abc.abstractmethod
     def take_tokens(self, key: str, *, rate: float, burst: int, want: int, now: datetime) -> int:
         """Take up to `want` whole tokens from the bucket `key`; how many were taken (0 when it is empty).
 
@@ -208,8 +209,8 @@ class QueueStore(abc.ABC):
         allows (`core.shaping.take_from_bucket` is the rule). A `now` behind the bucket's last take
         refills nothing. Raises `INVALID` for a bad key or figures.
         """
-        raise NotImplementedError(f"{type(self).__name__}.take_tokens")
 
+    @abc.abstractmethod
     def suspend(self, destination: str, *, until: datetime, reply: Reply, now: datetime) -> Suspension:
         """Record that no worker opens a new connection to `destination` before `until`; the record kept.
 
@@ -217,18 +218,18 @@ class QueueStore(abc.ABC):
         passed, until it is forgotten), `strikes` is its strikes + 1, `until` the later of the two and
         `since` kept; else `strikes` is 1 and `since` is `now`. The reply is the one given.
         """
-        raise NotImplementedError(f"{type(self).__name__}.suspend")
 
+    @abc.abstractmethod
     def suspensions(self, *, now: datetime, destinations: Sequence[str] | None = None) -> builtins.list[Suspension]:
         """The suspensions in force at `now` (`until > now`), of every destination or only of `destinations`,
         by destination; one round trip."""
-        raise NotImplementedError(f"{type(self).__name__}.suspensions")
 
+    @abc.abstractmethod
     def clear_suspension(self, destination: str) -> bool:
         """Forget `destination`'s record (a success, or an operator's "resume now"); True when there was one.
         Its next suspension has 1 strike."""
-        raise NotImplementedError(f"{type(self).__name__}.clear_suspension")
 
+    @abc.abstractmethod
     def defer_destination(self, domains: Sequence[str], *, until: datetime, now: datetime) -> int:
         """Move every item not leased at `now`, whose pending recipients are all at `domains` and whose next
         attempt is before `until`, to `next_attempt = until`; how many moved.
@@ -236,7 +237,6 @@ class QueueStore(abc.ABC):
         No attempt is counted, the recipients' replies are kept, the revision is bumped. The store's work is
         in proportion to the items at those domains (its recipient-domain index), not to the queue.
         """
-        raise NotImplementedError(f"{type(self).__name__}.defer_destination")
 
     # --- reading ---------------------------------------------------------------
 
@@ -494,6 +494,16 @@ def check_suspend(destination: str, until: datetime, reply: Reply, now: datetime
     check_key(destination, "a destination")
     refuse_unkeepable(reply.text, "a reply's text")
     refuse_unkeepable(reply.status, "a reply's status")
+    check_aware(until, "until")
+    check_aware(now, "now")
+
+
+def check_defer(domains: Sequence[str], until: datetime, now: datetime) -> None:
+    """Refuse a `defer_destination` call no store can answer (`INVALID`)."""
+    if isinstance(domains, str):
+        raise QueueError(Code.INVALID, "domains must be a sequence of domains, not one string")
+    for domain in domains:
+        check_key(domain, "a domain")
     check_aware(until, "until")
     check_aware(now, "now")
 

@@ -12,6 +12,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
+from ..core.clock import to_micros
 from ..core.errors import Code, QueueError
 from ..core.items import (
     Completion,
@@ -29,6 +30,7 @@ from .base import (
     QueueStore,
     check_aware,
     check_completion,
+    check_defer,
     check_key,
     check_new_item,
     check_order,
@@ -54,8 +56,8 @@ class MemoryStore(QueueStore):
         self._messages: dict[uuid.UUID, bytes] = {}
         self._seq = itertools.count(1)
         self._generation = 0
-        #: token buckets: key -> (tokens, when last taken)
-        self._buckets: dict[str, tuple[float, datetime]] = {}
+        #: token buckets: key -> (tokens, when last taken, in microseconds)
+        self._buckets: dict[str, tuple[float, int]] = {}
         self._suspensions: dict[str, Suspension] = {}
 
     # --- writing ------------------------------------------------------------------
@@ -183,8 +185,10 @@ class MemoryStore(QueueStore):
     def take_tokens(self, key: str, *, rate: float, burst: int, want: int, now: datetime) -> int:
         check_take(key, rate, burst, want, now)
         with self._lock:
-            tokens, updated = self._buckets.get(key, (0.0, None))
-            taken, left, updated = take_from_bucket(tokens, updated, rate=rate, burst=burst, want=want, now=now)
+            left, updated = self._buckets.get(key) or (0.0, None)
+            taken, left, updated = take_from_bucket(
+                left, updated, rate=rate, burst=burst, want=want, now=to_micros(now)
+            )
             self._buckets[key] = (left, updated)
             return taken
 
@@ -213,10 +217,7 @@ class MemoryStore(QueueStore):
             return self._suspensions.pop(destination, None) is not None
 
     def defer_destination(self, domains: Sequence[str], *, until: datetime, now: datetime) -> int:
-        check_aware(until, "until")
-        check_aware(now, "now")
-        for domain in domains:
-            check_key(domain, "a domain")
+        check_defer(domains, until, now)
         wanted = {d.lower() for d in domains}
         moved = 0
         with self._lock:  # the memory store has no domain index: it looks at every item

@@ -28,7 +28,7 @@ from ..core.items import (
 )
 from . import redis_connection as conn
 from . import redis_scripts as scripts
-from .base import READ_CHUNK, QueueStore, check_completion, check_new_item, check_order, check_owner
+from .base import READ_CHUNK, check_completion, check_new_item, check_order, check_owner
 from .redis_clients import AsyncClient, RedisClients, SyncClient, T
 from .redis_layout import (
     LAYOUT_VERSION,
@@ -41,6 +41,7 @@ from .redis_layout import (
     to_item,
     to_item_or_none,
 )
+from .redis_shaping import RedisShaping
 
 logger = logging.getLogger("django_mailqueue.stores.redis")
 
@@ -55,7 +56,7 @@ class _AddPlan:
     added: tuple[QueueItem, ...]
 
 
-class RedisStore(QueueStore):
+class RedisStore(RedisShaping):
     """Items in Redis under `OPTIONS["key_prefix"]`, reached by `url` or a django-redis `cache` alias.
 
     Every write is one Lua script, which Redis runs whole, so claims are atomic

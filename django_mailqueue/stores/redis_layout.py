@@ -58,6 +58,19 @@ class Keys:
     def ready(self, queue: str) -> str:
         return f"{self.prefix}ready:{queue}"
 
+    # traffic shaping (core/shaping.py)
+
+    def bucket(self, key: str) -> str:
+        return f"{self.prefix}bucket:{key}"
+
+    @property
+    def suspended(self) -> str:
+        """The sorted set of suspended destinations by until; each has a hash `suspension(destination)`."""
+        return f"{self.prefix}suspended"
+
+    def suspension(self, destination: str) -> str:
+        return f"{self.prefix}suspension:{destination}"
+
 
 def as_added(new: NewItem, now: datetime, now_us: int) -> QueueItem:
     """The item as `add` stores it, its times in whole microseconds as Redis keeps them."""

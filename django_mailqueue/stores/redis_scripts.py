@@ -61,5 +61,24 @@ COMPLETE = LuaScript("complete", uses=["store_items"])
 RESCHEDULE = LuaScript("reschedule")
 CANCEL = LuaScript("cancel")
 PAGE = LuaScript("page")
+TAKE_TOKENS = LuaScript("take_tokens")
+SUSPEND = LuaScript("suspend")
+SUSPENSIONS = LuaScript("suspensions")
+CLEAR_SUSPENSION = LuaScript("clear_suspension")
+DEFER_DESTINATION = LuaScript("defer_destination")
 
-ALL = (SCHEMA, ADD, CLAIM, RENEW, COMPLETE, RESCHEDULE, CANCEL, PAGE)
+ALL = (
+    SCHEMA,
+    ADD,
+    CLAIM,
+    RENEW,
+    COMPLETE,
+    RESCHEDULE,
+    CANCEL,
+    PAGE,
+    TAKE_TOKENS,
+    SUSPEND,
+    SUSPENSIONS,
+    CLEAR_SUSPENSION,
+    DEFER_DESTINATION,
+)

@@ -14,7 +14,8 @@ from typing import Any, TypeVar
 import pytest
 import redis
 
-from django_mailqueue.core.items import Completion, ItemOrder, ItemQuery, NewItem, QueueItem
+from django_mailqueue.core.items import Completion, ItemOrder, ItemQuery, NewItem, QueueItem, Reply
+from django_mailqueue.core.shaping import Suspension
 from django_mailqueue.stores.base import QueueStore
 from django_mailqueue.stores.redis import RedisStore
 from django_mailqueue.testing import QueueStoreContract
@@ -199,6 +200,21 @@ class AsyncTwins(QueueStore):
 
     def count(self, query: ItemQuery | None = None, *, limit: int | None = None) -> int:
         return self.loop.call(self.inner.acount(query, limit=limit))
+
+    def take_tokens(self, key: str, *, rate: float, burst: int, want: int, now: datetime) -> int:
+        return self.loop.call(self.inner.atake_tokens(key, rate=rate, burst=burst, want=want, now=now))
+
+    def suspend(self, destination: str, *, until: datetime, reply: Reply, now: datetime) -> Suspension:
+        return self.loop.call(self.inner.asuspend(destination, until=until, reply=reply, now=now))
+
+    def suspensions(self, *, now: datetime, destinations: Sequence[str] | None = None) -> list[Suspension]:
+        return self.loop.call(self.inner.asuspensions(now=now, destinations=destinations))
+
+    def clear_suspension(self, destination: str) -> bool:
+        return self.loop.call(self.inner.aclear_suspension(destination))
+
+    def defer_destination(self, domains: Sequence[str], *, until: datetime, now: datetime) -> int:
+        return self.loop.call(self.inner.adefer_destination(domains, until=until, now=now))
 
 
 class TestRedisStoreAsyncTwins(QueueStoreContract):

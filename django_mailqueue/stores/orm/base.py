@@ -91,6 +91,10 @@ class Dialect(abc.ABC):
         """Delete the items with their recipients and messages."""
 
     @abc.abstractmethod
+    def take_tokens(self, name: str, rate: float, burst: int, want: int, now_us: int) -> int:
+        """`QueueStore.take_tokens`, atomic by itself (outside a transaction of the store's)."""
+
+    @abc.abstractmethod
     def read_messages(self, item_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, bytes]:
         """The messages of the items that have one."""
 
@@ -126,6 +130,14 @@ class HandWritten:
                 [owner, expires_us, now_us, now_us, *lane_params, limit],
             )
             return [self.item_row(row) for row in cursor.fetchall()]
+
+    def take_tokens(self, name: str, rate: float, burst: int, want: int, now_us: int) -> int:
+        """One `INSERT … ON CONFLICT DO UPDATE … RETURNING`: the row's lock serialises the takers of a bucket."""
+        with self.cursor() as cursor:
+            cursor.execute(
+                statement(self.name, "take_tokens"), [name, rate, burst, float(burst), min(want, burst), now_us]
+            )
+            return int(cursor.fetchone()[0])
 
     def write_back(self, items: Sequence[tuple[Any, ...]], recipients: Sequence[tuple[Any, ...]]) -> None:
         with self.cursor() as cursor:

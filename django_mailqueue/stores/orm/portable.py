@@ -9,13 +9,14 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from django.db import models
+from django.db import models, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import F, Q
 
 from ...core.clock import to_micros
 from ...core.items import NewItem, QueueItem, address_domain
-from ...models import QueuedItem, QueuedMessage, QueuedRecipient
+from ...core.shaping import refill, whole_tokens
+from ...models import QueuedItem, QueuedMessage, QueuedRecipient, RateBucket
 from .base import Dialect
 from .rows import ITEM_FIELDS, ITEM_WRITTEN, RECIPIENT_FIELDS, RECIPIENT_WRITTEN, ItemRow, RecipientRow, as_added
 
@@ -152,6 +153,21 @@ class PortableDialect(Dialect):
                 for model, column in ((QueuedMessage, "item_id"), (QueuedRecipient, "item_id"), (QueuedItem, "seq")):
                     table, marks = conn.ops.quote_name(model._meta.db_table), ", ".join(["%s"] * len(chunk))
                     cursor.execute(f"DELETE FROM {table} WHERE {conn.ops.quote_name(column)} IN ({marks})", chunk)  # noqa: S608
+
+    def take_tokens(self, name: str, rate: float, burst: int, want: int, now_us: int) -> int:
+        """A transaction: the bucket's row made if missing (a full bucket), locked, read, and written back."""
+        buckets = RateBucket.objects.using(self.alias)
+        with transaction.atomic(using=self.alias):
+            found = buckets.select_for_update().filter(name=name).values_list("tokens", "wanted", "updated").first()
+            if found is None:
+                full = RateBucket(name=name, rate=rate, burst=burst, tokens=float(burst), wanted=0, updated=now_us)
+                buckets.bulk_create([full], ignore_conflicts=True)  # or another taker made it first: take from theirs
+                found = buckets.select_for_update().filter(name=name).values_list("tokens", "wanted", "updated").get()
+            held, wanted, updated = found
+            tokens, updated = refill(held - whole_tokens(held, wanted), updated, rate=rate, burst=burst, now=now_us)
+            wanted = min(want, burst)
+            buckets.filter(name=name).update(rate=rate, burst=burst, tokens=tokens, wanted=wanted, updated=updated)
+        return whole_tokens(tokens, wanted)
 
     def read_messages(self, item_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, bytes]:
         rows = (

@@ -27,10 +27,24 @@ from ...core.items import (
     NewItem,
     QueueItem,
     RecipientState,
+    Reply,
 )
+from ...core.shaping import Suspension
 from ...core.status import QueueSummary
 from ...models import QueuedItem, QueuedRecipient, QueueLock
-from ..base import QueueStore, check_completion, check_new_item, check_order, check_owner
+from ..base import (
+    QueueStore,
+    check_aware,
+    check_completion,
+    check_defer,
+    check_key,
+    check_new_item,
+    check_order,
+    check_owner,
+    check_suspend,
+    check_take,
+)
+from . import shaping
 from .base import Dialect
 from .portable import PortableDialect, due, orm_recipients
 from .postgresql import PostgresDialect
@@ -325,6 +339,38 @@ class OrmStore(QueueStore):
             found = {item.id: item for item in (to_item(row, recipients[row[0]]) for row in locked)}
             self.dialect.drop(seqs)
         return [found.pop(item_id, None) for item_id in item_ids]
+
+    # --- traffic shaping ------------------------------------------------------------
+
+    @_own_write
+    def take_tokens(self, key: str, *, rate: float, burst: int, want: int, now: datetime) -> int:
+        """One statement on SQLite and PostgreSQL, atomic by itself; a transaction on the portable dialect."""
+        check_take(key, rate, burst, want, now)
+        with self._errors():
+            return self.dialect.take_tokens(key, float(rate), burst, want, to_micros(now))
+
+    @_own_write
+    def suspend(self, destination: str, *, until: datetime, reply: Reply, now: datetime) -> Suspension:
+        check_suspend(destination, until, reply, now)
+        with self._write():
+            return shaping.suspend(self.alias, destination, until=until, reply=reply, now=now)
+
+    def suspensions(self, *, now: datetime, destinations: Sequence[str] | None = None) -> builtins.list[Suspension]:
+        check_aware(now, "now")
+        with self._errors():
+            return shaping.suspensions(self.alias, now=now, destinations=destinations)
+
+    @_own_write
+    def clear_suspension(self, destination: str) -> bool:
+        check_key(destination, "a destination")
+        with self._errors():
+            return shaping.clear_suspension(self.alias, destination)
+
+    @_own_write
+    def defer_destination(self, domains: Sequence[str], *, until: datetime, now: datetime) -> int:
+        check_defer(domains, until, now)
+        with self._errors():
+            return shaping.defer_destination(self.alias, domains, until=until, now=now)
 
     # --- reading ------------------------------------------------------------------
 

@@ -49,5 +49,5 @@ __all__ = [
 ]
 
 
-class QueueStoreContract(Adding, Leasing, Completing, CompletingWithDsns, Reading):
+class QueueStoreContract(Adding, Leasing, Completing, CompletingWithDsns, Reading, Shaping):
     """The promises of `QueueStore`, checked against the store `make_store` builds."""

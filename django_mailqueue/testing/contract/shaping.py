@@ -154,13 +154,17 @@ class Shaping(ContractBase):
 
     @pytest.mark.asyncio
     async def test_the_async_twins_shape_the_same(self, store: QueueStore) -> None:
-        assert await store.atake_tokens("k", rate=1, burst=2, want=5, now=T0) == 2
-        kept = await store.asuspend("example.org", until=at(60), reply=THROTTLED, now=T0)
-        assert await store.asuspensions(now=T0, destinations=["example.org"]) == [kept]
-        item = await store.aadd(new_item(["a@example.org"]), now=T0)
-        assert await store.adefer_destination(["example.org"], until=at(60), now=T0) == 1
-        assert (await store.aget(item.id)).next_attempt == at(60)  # type: ignore[union-attr]
-        assert await store.aclear_suspension("example.org") is True
+        try:
+            assert await store.atake_tokens("k", rate=1, burst=2, want=5, now=T0) == 2
+            kept = await store.asuspend("example.org", until=at(60), reply=THROTTLED, now=T0)
+            assert await store.asuspensions(now=T0, destinations=["example.org"]) == [kept]
+            item = await store.aadd(new_item(["a@example.org"]), now=T0)
+            assert await store.adefer_destination(["example.org"], until=at(60), now=T0) == 1
+            moved = await store.aget(item.id)
+            assert moved is not None and moved.next_attempt == at(60)
+            assert await store.aclear_suspension("example.org") is True
+        finally:
+            await store.aclose()
 
     # --- deferring a destination's items --------------------------------------------------------
 

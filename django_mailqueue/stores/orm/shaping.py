@@ -1,0 +1,79 @@
+"""The ORM store's suspensions and a suspended destination's items deferred: through the ORM, on every dialect."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
+from django.db.models import Exists, F, OuterRef
+
+from ...core.clock import from_micros, to_micros
+from ...core.items import RecipientState, Reply
+from ...core.shaping import FORGET_AFTER, Suspension, next_suspension
+from ...models import QueuedItem, QueuedRecipient
+from ...models import Suspension as SuspensionRow
+
+_FORGET_US = FORGET_AFTER // timedelta(microseconds=1)
+
+
+def suspend(alias: str, destination: str, *, until: datetime, reply: Reply, now: datetime) -> Suspension:
+    """Record a suspension, inside the store's transaction: the records forgotten by `now` dropped first (a
+    write, so SQLite takes its lock before it reads), the destination's row made if missing, locked, written."""
+    rows = SuspensionRow.objects.using(alias)
+    now_us = to_micros(now)
+    rows.filter(until__lte=now_us - _FORGET_US).delete()
+    # A placeholder with no strike yet: concurrent suspenders of a new destination then all lock one row.
+    rows.bulk_create(
+        [SuspensionRow(destination=destination, until=to_micros(until), since=now_us, strikes=0)],
+        ignore_conflicts=True,
+    )
+    found = rows.select_for_update().get(destination=destination)
+    kept = next_suspension(_suspension(found), destination, until=until, reply=reply, now=now)
+    rows.filter(destination=destination).update(
+        until=to_micros(kept.until),
+        since=to_micros(kept.since),
+        strikes=kept.strikes,
+        reply_code=reply.code,
+        reply_status=reply.status,
+        reply_text=reply.text,
+    )
+    return kept
+
+
+def suspensions(alias: str, *, now: datetime, destinations: Sequence[str] | None) -> list[Suspension]:
+    rows = SuspensionRow.objects.using(alias).filter(until__gt=to_micros(now))
+    if destinations is not None:
+        rows = rows.filter(destination__in=list(destinations))
+    return [_suspension(row) for row in rows.order_by("destination")]
+
+
+def clear_suspension(alias: str, destination: str) -> bool:
+    return SuspensionRow.objects.using(alias).filter(destination=destination).delete()[0] > 0
+
+
+def defer_destination(alias: str, domains: Sequence[str], *, until: datetime, now: datetime) -> int:
+    """One `UPDATE`: the items found through the recipients' domain index, those with a pending recipient
+    elsewhere (looked up by item) or a live lease left out."""
+    wanted = sorted({domain.lower() for domain in domains})
+    if not wanted:
+        return 0
+    now_us, until_us = to_micros(now), to_micros(until)
+    recipients = QueuedRecipient.objects.using(alias).filter(state=RecipientState.PENDING.value)
+    elsewhere = recipients.filter(item_id=OuterRef("seq")).exclude(domain__in=wanted)
+    return (
+        QueuedItem.objects.using(alias)
+        .filter(seq__in=recipients.filter(domain__in=wanted).values("item_id"), next_attempt__lt=until_us)
+        .exclude(owner__isnull=False, lease_expires__gt=now_us)
+        .exclude(Exists(elsewhere))
+        .update(next_attempt=until_us, revision=F("revision") + 1)
+    )
+
+
+def _suspension(row: SuspensionRow) -> Suspension:
+    return Suspension(
+        destination=row.destination,
+        until=from_micros(row.until),
+        reply=Reply(row.reply_code, row.reply_status, row.reply_text),
+        since=from_micros(row.since),
+        strikes=row.strikes,
+    )

@@ -1,0 +1,148 @@
+"""The Redis store's traffic shaping: token buckets, suspensions, a destination's items deferred — a script each."""
+
+from __future__ import annotations
+
+import abc
+import builtins
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Generic, TypeVar
+
+from ..core.clock import from_micros, to_micros
+from ..core.items import Reply
+from ..core.shaping import FORGET_AFTER, Suspension
+from . import redis_scripts as scripts
+from .base import QueueStore, check_aware, check_defer, check_key, check_suspend, check_take
+from .redis_clients import AsyncClient, SyncClient
+from .redis_layout import Keys, fields, text
+
+_R = TypeVar("_R")
+_FORGET_US = FORGET_AFTER // timedelta(microseconds=1)
+
+
+@dataclass(frozen=True)
+class _Call(Generic[_R]):
+    """One script call and how its reply reads."""
+
+    script: scripts.LuaScript
+    keys: Sequence[str]
+    args: Sequence[scripts.Arg]
+    read: Callable[[Any], _R]
+
+
+class RedisShaping(QueueStore):
+    """The shaping methods of `RedisStore`, sync and async, each one script (one round trip)."""
+
+    keys: Keys
+    key_prefix: str
+
+    @abc.abstractmethod
+    def _do(self, work: Callable[[SyncClient[bytes]], _R]) -> _R: ...
+
+    @abc.abstractmethod
+    async def _ado(self, work: Callable[[AsyncClient[bytes]], Awaitable[_R]]) -> _R: ...
+
+    def _run(self, call: _Call[_R]) -> _R:
+        return self._do(lambda client: call.read(call.script.run(client, call.keys, call.args)))
+
+    async def _arun(self, call: _Call[_R]) -> _R:
+        async def work(client: AsyncClient[bytes]) -> _R:
+            return call.read(await call.script.arun(client, call.keys, call.args))
+
+        return await self._ado(work)
+
+    # --- the calls ----------------------------------------------------------------------
+
+    def _take(self, key: str, rate: float, burst: int, want: int, now: datetime) -> _Call[int]:
+        check_take(key, rate, burst, want, now)
+        args = [repr(float(rate)), str(burst), str(want), str(to_micros(now))]
+        return _Call(scripts.TAKE_TOKENS, [self.keys.bucket(key)], args, int)
+
+    def _suspend(self, destination: str, until: datetime, reply: Reply, now: datetime) -> _Call[Suspension]:
+        check_suspend(destination, until, reply, now)
+        args: list[scripts.Arg] = [
+            self.key_prefix,
+            destination,
+            str(to_micros(until)),
+            str(to_micros(now)),
+            str(_FORGET_US),
+            "" if reply.code is None else str(reply.code),
+            reply.status,
+            reply.text,
+        ]
+
+        def read(raw: Any) -> Suspension:
+            ends, since, strikes = (int(text(part)) for part in raw)
+            return Suspension(destination, from_micros(ends), reply, from_micros(since), strikes)
+
+        return _Call(scripts.SUSPEND, [self.keys.suspended], args, read)
+
+    def _suspensions(self, now: datetime, destinations: Sequence[str] | None) -> _Call[builtins.list[Suspension]]:
+        check_aware(now, "now")
+        wanted = [] if destinations is None else list(dict.fromkeys(destinations))
+        args = [self.key_prefix, str(to_micros(now)), "0" if destinations is None else "1", *wanted]
+        return _Call(scripts.SUSPENSIONS, [self.keys.suspended], args, _read_suspensions)
+
+    def _clear(self, destination: str) -> _Call[bool]:
+        check_key(destination, "a destination")
+        keys = [self.keys.suspended, self.keys.suspension(destination)]
+        return _Call(scripts.CLEAR_SUSPENSION, keys, [destination], lambda raw: int(raw) > 0)
+
+    def _defer(self, domains: Sequence[str], until: datetime, now: datetime) -> _Call[int]:
+        check_defer(domains, until, now)
+        wanted = sorted({domain.lower() for domain in domains})
+        candidates = [self.keys.items] if wanted else []
+        args = [self.key_prefix, str(to_micros(until)), str(to_micros(now)), str(len(candidates)), *candidates, *wanted]
+        keys = [self.keys.leases, self.keys.items, self.keys.queues]
+        return _Call(scripts.DEFER_DESTINATION, keys, args, int)
+
+    # --- the methods --------------------------------------------------------------------
+
+    def take_tokens(self, key: str, *, rate: float, burst: int, want: int, now: datetime) -> int:
+        return self._run(self._take(key, rate, burst, want, now))
+
+    async def atake_tokens(self, key: str, *, rate: float, burst: int, want: int, now: datetime) -> int:
+        return await self._arun(self._take(key, rate, burst, want, now))
+
+    def suspend(self, destination: str, *, until: datetime, reply: Reply, now: datetime) -> Suspension:
+        return self._run(self._suspend(destination, until, reply, now))
+
+    async def asuspend(self, destination: str, *, until: datetime, reply: Reply, now: datetime) -> Suspension:
+        return await self._arun(self._suspend(destination, until, reply, now))
+
+    def suspensions(self, *, now: datetime, destinations: Sequence[str] | None = None) -> builtins.list[Suspension]:
+        return self._run(self._suspensions(now, destinations))
+
+    async def asuspensions(
+        self, *, now: datetime, destinations: Sequence[str] | None = None
+    ) -> builtins.list[Suspension]:
+        return await self._arun(self._suspensions(now, destinations))
+
+    def clear_suspension(self, destination: str) -> bool:
+        return self._run(self._clear(destination))
+
+    async def aclear_suspension(self, destination: str) -> bool:
+        return await self._arun(self._clear(destination))
+
+    def defer_destination(self, domains: Sequence[str], *, until: datetime, now: datetime) -> int:
+        return self._run(self._defer(domains, until, now))
+
+    async def adefer_destination(self, domains: Sequence[str], *, until: datetime, now: datetime) -> int:
+        return await self._arun(self._defer(domains, until, now))
+
+
+def _read_suspensions(raw: Any) -> builtins.list[Suspension]:
+    found = []
+    for i in range(0, len(raw), 2):
+        f = fields(raw[i + 1])
+        found.append(
+            Suspension(
+                destination=text(raw[i]),
+                until=from_micros(int(f["until"])),
+                reply=Reply(int(f["code"]) if f["code"] else None, f["status"], f["text"]),
+                since=from_micros(int(f["since"])),
+                strikes=int(f["strikes"]),
+            )
+        )
+    return sorted(found, key=lambda s: s.destination)
