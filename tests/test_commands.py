@@ -68,6 +68,30 @@ def test_status_counts_by_state_queue_and_domain() -> None:
     assert "3 items" in text and "three.example" in text
 
 
+def test_status_lists_the_suspended_destinations() -> None:
+    store, now = get_store(), SystemClock().now()
+    assert json.loads(run("mailqueue_status", "--json"))["suspended"] == []
+    assert "suspended destinations: none" in run("mailqueue_status")
+    throttled = Reply(421, "4.7.0", "Try again later, closing connection")
+    store.suspend(".google.com", until=now + timedelta(minutes=5), reply=throttled, now=now - timedelta(minutes=9))
+    store.suspend(".google.com", until=now + timedelta(minutes=10), reply=throttled, now=now)
+    store.suspend("over.example", until=now - timedelta(seconds=1), reply=LATER, now=now - timedelta(minutes=1))
+    (suspended,) = json.loads(run("mailqueue_status", "--json"))["suspended"]
+    assert suspended == {
+        "destination": ".google.com",
+        "until": (now + timedelta(minutes=10)).isoformat(),
+        "since": (now - timedelta(minutes=9)).isoformat(),
+        "strikes": 2,
+        "reply": {"code": 421, "status": "4.7.0", "text": "Try again later, closing connection"},
+    }
+    lines = run("mailqueue_status").split("suspended destinations")[1].splitlines()
+    (line,) = [line for line in lines if line.startswith("  ")]
+    destination, _, until, *_ = line.split()
+    assert (destination, until) == (".google.com", (now + timedelta(minutes=10)).isoformat(timespec="seconds"))
+    assert "strike 2 since" in line and line.endswith(": 421 4.7.0 Try again later, closing connection")
+    assert "over.example" not in "".join(lines)
+
+
 def test_flush_makes_deferred_mail_due_now() -> None:
     deferred = add("c@three.example")
     defer(deferred)

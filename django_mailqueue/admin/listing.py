@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from urllib.parse import urlencode
 
 from django.utils.html import format_html, format_html_join
@@ -150,3 +150,20 @@ class ListParams:
         descending = active and current.startswith("-")
         target = f"-{column}" if active and not descending else column
         return {"url": self.url(o="" if target == "next" else target), "active": active, "descending": descending}
+
+
+def span(delta: timedelta) -> str:
+    """A duration, short: "3 d 4 h", "2 h 5 min", "7 min 12 s", "12 s"; "" under a second."""
+    seconds = int(delta.total_seconds())
+    if seconds < 1:
+        return ""
+    minutes, seconds = divmod(seconds, 60)
+    days, rest = divmod(minutes, 1440)
+    hours, minutes = divmod(rest, 60)
+    if days:
+        return f"{days} d {hours} h" if hours else f"{days} d"
+    if hours:
+        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+    if minutes:
+        return f"{minutes} min {seconds} s" if seconds else f"{minutes} min"
+    return f"{seconds} s"

@@ -65,11 +65,13 @@ from .listing import (
     SEARCH_PARAM,
     ListParams,
     Total,
+    span,
     wrappable,
     wrappable_list,
 )
 from .overview import hourly_outcomes
 from .preview import PREVIEW_CSP, MessagePreview, preview_message
+from .suspensions import RESUME_PERMISSION, resume_view, suspension_rows
 
 #: Recipients named in a list row before "and N more".
 RECIPIENTS_SHOWN = 3
@@ -149,6 +151,7 @@ class QueueAdmin(_ModelAdmin):
                 path("", wrap(self.queue_view), name=f"{prefix}_changelist"),
                 path("overview/", wrap(self.overview_view), name=f"{prefix}_overview"),
                 path("actions/", wrap(self.action_view), name=f"{prefix}_action"),
+                path("suspensions/resume/", wrap(self.resume_view), name=f"{prefix}_resume"),
                 path("<uuid:item_id>/change/", wrap(self.item_view), name=f"{prefix}_change"),
             ]
         )
@@ -180,10 +183,10 @@ class QueueAdmin(_ModelAdmin):
             recipients_html=wrappable_list(addresses[:RECIPIENTS_SHOWN]),
             due=item.next_attempt <= now,
             url=self._url("change", item.id),
-            next_label=f"due {_span(now - item.next_attempt)}".rstrip()
+            next_label=f"due {span(now - item.next_attempt)}".rstrip()
             if item.next_attempt <= now
-            else f"in {_span(item.next_attempt - now) or '< 1 s'}",
-            age_label=_span(now - item.created) or "< 1 s",
+            else f"in {span(item.next_attempt - now) or '< 1 s'}",
+            age_label=span(now - item.created) or "< 1 s",
         )
 
     # --- the list ------------------------------------------------------------------------
@@ -424,7 +427,7 @@ class QueueAdmin(_ModelAdmin):
             form=form,
             media=self.media + form.media if form is not None else None,
             past_lifetime=past_lifetime,
-            max_lifetime=_span(timedelta(seconds=get_settings().max_lifetime)),
+            max_lifetime=span(timedelta(seconds=get_settings().max_lifetime)),
             back=back,
             now=now,
         )
@@ -472,16 +475,23 @@ class QueueAdmin(_ModelAdmin):
             return target
         return self._url("changelist")
 
+    def resume_view(self, request: HttpRequest) -> HttpResponse:
+        """Resume a suspended destination now (admin/suspensions.py)."""
+        return resume_view(self, request)
+
     # --- the overview --------------------------------------------------------------------
 
     def overview_view(self, request: HttpRequest) -> HttpResponse:
-        """Counts by state and queue, the oldest due item, deferred mail by domain, outcomes per hour."""
+        """Counts by state and queue, the oldest due item, deferred mail by domain, suspended destinations,
+        outcomes per hour."""
         self._require_view(request)
         now = self.clock.now()
         store = get_store()
         summary = None
+        suspended = []
         try:
             summary = store.summary(now=now)
+            suspended = store.suspensions(now=now)
         except QueueError as exc:
             self.message_user(request, f"The queue could not be read: {exc}", messages.ERROR)
         states = [state.value for state in ItemState]
@@ -513,6 +523,9 @@ class QueueAdmin(_ModelAdmin):
             if summary
             else [],
             oldest=self._row(summary.oldest_due, now) if summary and summary.oldest_due else None,
+            suspended=suspension_rows(self, suspended, now),
+            may_resume=request.user.has_perm(RESUME_PERMISSION),
+            resume_url=self._url("resume"),
             chart=hourly_outcomes(now=now, alias=history_alias(get_store())),
             store_name=type(store).__name__,
         )
@@ -540,23 +553,6 @@ class _Across:
 def _counts_cheaply(store: QueueStore, query: ItemQuery) -> bool:
     """The totals are counted on each page view only where the count reads an index, never the whole queue."""
     return query.unfiltered or (store.bounded_counts and not query.search)
-
-
-def _span(delta: timedelta) -> str:
-    """A duration, short: "3 d 4 h", "2 h 5 min", "7 min 12 s", "12 s"; "" under a second."""
-    seconds = int(delta.total_seconds())
-    if seconds < 1:
-        return ""
-    minutes, seconds = divmod(seconds, 60)
-    days, rest = divmod(minutes, 1440)
-    hours, minutes = divmod(rest, 60)
-    if days:
-        return f"{days} d {hours} h" if hours else f"{days} d"
-    if hours:
-        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
-    if minutes:
-        return f"{minutes} min {seconds} s" if seconds else f"{minutes} min"
-    return f"{seconds} s"
 
 
 def _list_url(model_admin: QueueAdmin, **filters: str) -> str:

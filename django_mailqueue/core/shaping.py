@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from .items import Reply
 
@@ -31,6 +32,21 @@ class Suspension:
     since: datetime
     #: suspensions in a row with no success between them (>= 1); the worker doubles on it
     strikes: int
+
+    def as_dict(self) -> dict[str, Any]:
+        """As `mailqueue_status --json` prints it."""
+        return {
+            "destination": self.destination,
+            "until": self.until.isoformat(),
+            "since": self.since.isoformat(),
+            "strikes": self.strikes,
+            "reply": {"code": self.reply.code, "status": self.reply.status, "text": self.reply.text},
+        }
+
+
+def key_domain(key: str) -> str | None:
+    """The recipient domain a shaping key names; None for a ".mx-suffix" or a relay key ("relay:host:port")."""
+    return None if key.startswith(".") or ":" in key else key
 
 
 def forgotten(until: datetime, now: datetime) -> bool:

@@ -1,4 +1,5 @@
-"""`manage.py mailqueue_status [--json]`: counts by state and queue, the oldest due item, deferred by domain."""
+"""`manage.py mailqueue_status [--json]`: counts by state and queue, the oldest due item, deferred by domain,
+suspended destinations."""
 
 from __future__ import annotations
 
@@ -15,17 +16,24 @@ from ...stores import get_store
 
 
 class Command(BaseCommand):
-    help = "Show the mail queue: counts by state and queue, the oldest due item, deferred mail by domain."
+    help = (
+        "Show the mail queue: counts by state and queue, the oldest due item, deferred mail by domain, "
+        "suspended destinations."
+    )
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--json", action="store_true", help="print one JSON object")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        now = SystemClock().now()
+        store = get_store()
         try:
-            summary = get_store().summary(now=SystemClock().now())
+            summary = store.summary(now=now)
+            suspended = store.suspensions(now=now)
         except QueueError as exc:
             raise CommandError(str(exc)) from None
         data = summary.as_dict()
+        data["suspended"] = [suspension.as_dict() for suspension in suspended]
         if options["json"]:
             self.stdout.write(json.dumps(data, indent=2))
             return
@@ -48,3 +56,15 @@ class Command(BaseCommand):
             self.stdout.write("deferred recipients by domain:")
             for domain, count in list(data["deferred_by_domain"].items())[:20]:
                 self.stdout.write(f"  {count:>8}  {domain}")
+        self.stdout.write("")
+        if not suspended:
+            self.stdout.write("suspended destinations: none")
+            return
+        self.stdout.write("suspended destinations (no new connection before the time given):")
+        for suspension in suspended:
+            left = suspension.until - now
+            self.stdout.write(
+                f"  {suspension.destination}  until {suspension.until.isoformat(timespec='seconds')} "
+                f"(in {int(left.total_seconds())} s), strike {suspension.strikes} since "
+                f"{suspension.since.isoformat(timespec='seconds')}: {suspension.reply}"
+            )
