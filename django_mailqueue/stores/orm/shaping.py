@@ -14,6 +14,8 @@ from ...models import QueuedItem, QueuedRecipient
 from ...models import Suspension as SuspensionRow
 
 _FORGET_US = FORGET_AFTER // timedelta(microseconds=1)
+#: Items `defer_destination` moves in one statement (under SQLite's bound on parameters).
+CHUNK = 500
 
 
 def suspend(alias: str, destination: str, *, until: datetime, reply: Reply, now: datetime) -> Suspension:
@@ -52,21 +54,26 @@ def clear_suspension(alias: str, destination: str) -> bool:
 
 
 def defer_destination(alias: str, domains: Sequence[str], *, until: datetime, now: datetime) -> int:
-    """One `UPDATE`: the items found through the recipients' domain index, those with a pending recipient
-    elsewhere (looked up by item) or a live lease left out."""
+    """Inside the store's transaction: the items found through the recipients' domain index, then moved by key
+    `CHUNK` at a time, those with a pending recipient elsewhere (looked up by item) or a live lease left out.
+    Two steps, not one `UPDATE … WHERE seq IN (SELECT …)`: PostgreSQL may plan that as a scan of every item."""
     wanted = sorted({domain.lower() for domain in domains})
     if not wanted:
         return 0
     now_us, until_us = to_micros(now), to_micros(until)
     recipients = QueuedRecipient.objects.using(alias).filter(state=RecipientState.PENDING.value)
+    found = list(recipients.filter(domain__in=wanted).order_by().values_list("item_id", flat=True).distinct())
     elsewhere = recipients.filter(item_id=OuterRef("seq")).exclude(domain__in=wanted)
-    return (
-        QueuedItem.objects.using(alias)
-        .filter(seq__in=recipients.filter(domain__in=wanted).values("item_id"), next_attempt__lt=until_us)
-        .exclude(owner__isnull=False, lease_expires__gt=now_us)
-        .exclude(Exists(elsewhere))
-        .update(next_attempt=until_us, revision=F("revision") + 1)
-    )
+    moved = 0
+    for start in range(0, len(found), CHUNK):
+        moved += (
+            QueuedItem.objects.using(alias)
+            .filter(seq__in=found[start : start + CHUNK], next_attempt__lt=until_us)
+            .exclude(owner__isnull=False, lease_expires__gt=now_us)
+            .exclude(Exists(elsewhere))
+            .update(next_attempt=until_us, revision=F("revision") + 1)
+        )
+    return moved
 
 
 def _suspension(row: SuspensionRow) -> Suspension:

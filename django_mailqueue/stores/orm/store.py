@@ -369,7 +369,7 @@ class OrmStore(QueueStore):
     @_own_write
     def defer_destination(self, domains: Sequence[str], *, until: datetime, now: datetime) -> int:
         check_defer(domains, until, now)
-        with self._errors():
+        with self._write():
             return shaping.defer_destination(self.alias, domains, until=until, now=now)
 
     # --- reading ------------------------------------------------------------------
