@@ -6,13 +6,12 @@ import builtins
 import functools
 import io
 import logging
+import math
 import uuid
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
-
-import redis
 
 from ..core.clock import to_micros
 from ..core.errors import Code, QueueError
@@ -28,6 +27,7 @@ from ..core.items import (
 )
 from . import redis_connection as conn
 from . import redis_scripts as scripts
+from . import redis_sentinel as sentinel
 from .base import READ_CHUNK, check_completion, check_new_item, check_order, check_owner
 from .redis_clients import AsyncClient, RedisClients, SyncClient, T
 from .redis_layout import (
@@ -79,18 +79,32 @@ class RedisStore(RedisShaping):
         self.key_prefix: str = self.options.get("key_prefix", conn.DEFAULT_PREFIX)
         self.keys = Keys(self.key_prefix)
         self.on_commit: bool = bool(self.options.get("on_commit", False))
+        timeout = float(self.options.get("socket_timeout", conn.DEFAULT_SOCKET_TIMEOUT))
+        failover_timeout = conn.failover_timeout(self.options)
         self._clients = RedisClients(
             self.keys,
             url=self.options.get("url"),
             cache=self.options.get("cache"),
             password=self.options.get("password"),
-            timeout=float(self.options.get("socket_timeout", conn.DEFAULT_SOCKET_TIMEOUT)),
+            timeout=timeout,
+            sentinel_spec=sentinel.spec_from_options(self.options) if self.options.get("sentinels") else None,
+            failover_timeout=failover_timeout,
         )
-        self.place = self._clients.place
+        replicas = int(self.options.get("sync_replicas", 0))
+        sync_timeout = float(self.options.get("sync_timeout", conn.DEFAULT_SYNC_TIMEOUT))
+        #: the WAIT after each write (None: sync_replicas 0)
+        self.wait = scripts.Wait(replicas, max(1, round(sync_timeout * 1000))) if replicas else None
+        # A marker outlives every retry of its call: the first try may wait a socket timeout for its answer.
+        self._replay_ms = math.ceil((timeout + failover_timeout) * 1000) + 5000 if failover_timeout > 0 else 0
 
     @classmethod
     def check_options(cls, options: Mapping[str, Any]) -> builtins.list[str]:
         return conn.check_options(options)
+
+    @property
+    def place(self) -> str:
+        """Where the store's Redis is, as it may be shown: no credentials."""
+        return self._clients.place
 
     def __repr__(self) -> str:
         return f"<RedisStore {self.place} prefix={self.key_prefix!r}>"
@@ -105,6 +119,12 @@ class RedisStore(RedisShaping):
 
     async def _ado(self, work: Callable[[AsyncClient[bytes]], Awaitable[T]]) -> T:
         return await self._clients.ado(work)
+
+    def _marker(self) -> builtins.list[str]:
+        """The KEYS entry that makes a retried add, claim or completion do nothing twice; none without retries."""
+        if not self._replay_ms:
+            return []
+        return [self.keys.replay(self._replay_ms, uuid.uuid4().hex)]
 
     def maxmemory_policy(self) -> str | None:
         """The server's `maxmemory-policy`; None when the store's user may not run `CONFIG GET`.
@@ -138,7 +158,7 @@ class RedisStore(RedisShaping):
             item = as_added(new, now, now_us)
             args += item_args(new, item, now_us)
             added.append(item)
-        keys = (self.keys.schema, self.keys.seq, self.keys.items, self.keys.queues)
+        keys = (self.keys.schema, self.keys.seq, self.keys.items, self.keys.queues, *self._marker())
         return _AddPlan(keys, tuple(args), tuple(added))
 
     def _added(self, plan: _AddPlan, reply: Any) -> builtins.list[QueueItem]:
@@ -162,11 +182,11 @@ class RedisStore(RedisShaping):
             if transaction.get_connection().in_atomic_block:
                 transaction.on_commit(functools.partial(self._add_committed, plan), robust=True)
                 return list(plan.added)
-        return self._do(lambda client: self._added(plan, scripts.ADD.run(client, plan.keys, plan.args)))
+        return self._do(lambda client: self._added(plan, scripts.ADD.run(client, plan.keys, plan.args, self.wait)))
 
     def _add_committed(self, plan: _AddPlan) -> None:
         try:
-            self._do(lambda client: self._added(plan, scripts.ADD.run(client, plan.keys, plan.args)))
+            self._do(lambda client: self._added(plan, scripts.ADD.run(client, plan.keys, plan.args, self.wait)))
         except QueueError as exc:
             logger.error(
                 "%d item(s) were not queued after their transaction committed (%s): %s",
@@ -182,7 +202,7 @@ class RedisStore(RedisShaping):
             return []
 
         async def work(client: AsyncClient[bytes]) -> builtins.list[QueueItem]:
-            return self._added(plan, await scripts.ADD.arun(client, plan.keys, plan.args))
+            return self._added(plan, await scripts.ADD.arun(client, plan.keys, plan.args, self.wait))
 
         return await self._ado(work)
 
@@ -195,7 +215,7 @@ class RedisStore(RedisShaping):
         if limit < 1 or (queues is not None and not queues):
             return None
         lanes = list(dict.fromkeys(queues)) if queues is not None else []
-        keys = [self.keys.leases, self.keys.items, self.keys.queues]
+        keys = [self.keys.leases, self.keys.items, self.keys.queues, *self._marker()]
         args: builtins.list[scripts.Arg] = [
             self.key_prefix,
             owner,
@@ -212,7 +232,7 @@ class RedisStore(RedisShaping):
         call = self._claim_args(owner, now, lease_expires, queues, limit)
         if call is None:
             return []
-        return self._do(lambda client: [to_item(raw) for raw in scripts.CLAIM.run(client, *call)])
+        return self._do(lambda client: [to_item(raw) for raw in scripts.CLAIM.run(client, *call, self.wait)])
 
     async def aclaim(
         self, *, owner: str, now: datetime, lease_expires: datetime, queues: Sequence[str] | None = None, limit: int = 1
@@ -222,13 +242,17 @@ class RedisStore(RedisShaping):
             return []
 
         async def work(client: AsyncClient[bytes]) -> builtins.list[QueueItem]:
-            return [to_item(raw) for raw in await scripts.CLAIM.arun(client, *call)]
+            return [to_item(raw) for raw in await scripts.CLAIM.arun(client, *call, self.wait)]
 
         return await self._ado(work)
 
     def _renew_args(self, ids: Sequence[uuid.UUID], owner: str, lease_expires: datetime) -> builtins.list[scripts.Arg]:
         check_owner(owner)
         return [self.key_prefix, owner, str(to_micros(lease_expires)), *(str(uuid.UUID(str(i))) for i in ids)]
+
+    def _renew_keys(self, ids: Sequence[uuid.UUID]) -> builtins.list[str]:
+        """`leases`, then each item's key: every key renew.lua touches is declared."""
+        return [self.keys.leases, *(self.keys.item(uuid.UUID(str(i))) for i in ids)]
 
     @staticmethod
     def _renewed(ids: Sequence[uuid.UUID], reply: Any) -> builtins.list[uuid.UUID]:
@@ -239,7 +263,8 @@ class RedisStore(RedisShaping):
         args = self._renew_args(ids, owner, lease_expires)
         if not ids:
             return []
-        return self._do(lambda client: self._renewed(ids, scripts.RENEW.run(client, [self.keys.leases], args)))
+        keys = self._renew_keys(ids)
+        return self._do(lambda client: self._renewed(ids, scripts.RENEW.run(client, keys, args, self.wait)))
 
     async def arenew(
         self, ids: Sequence[uuid.UUID], *, owner: str, lease_expires: datetime
@@ -247,9 +272,10 @@ class RedisStore(RedisShaping):
         args = self._renew_args(ids, owner, lease_expires)
         if not ids:
             return []
+        keys = self._renew_keys(ids)
 
         async def work(client: AsyncClient[bytes]) -> builtins.list[uuid.UUID]:
-            return self._renewed(ids, await scripts.RENEW.arun(client, [self.keys.leases], args))
+            return self._renewed(ids, await scripts.RENEW.arun(client, keys, args, self.wait))
 
         return await self._ado(work)
 
@@ -295,88 +321,86 @@ class RedisStore(RedisShaping):
             raise QueueError(Code.INVALID, f"a DSN of {item_id} has the id of an item queued already")
         return after
 
-    @property
     def _complete_keys(self) -> builtins.list[str]:
-        return [self.keys.leases, self.keys.items, self.keys.queues, self.keys.seq]
+        return [self.keys.leases, self.keys.items, self.keys.queues, self.keys.seq, *self._marker()]
+
+    # A completion is two round trips, each retried on its own: the read, then the script with a
+    # marker, so that a script retried after a lost answer finds it ran and answers as it did.
 
     def complete(self, item_id: uuid.UUID, *, owner: str, revision: int, completion: Completion) -> QueueItem | None:
         check_owner(owner)
         check_completion(completion)
-        keys = self._complete_keys
-
-        def work(client: SyncClient[bytes]) -> QueueItem | None:
-            call = self._complete_call(item_id, owner, revision, completion, _hgetall(client, self.keys.item(item_id)))
-            if call is None:
-                return None
-            after, args = call
-            return self._completed(item_id, owner, after, scripts.COMPLETE.run(client, keys, args))
-
-        return self._do(work)
+        keys = self._complete_keys()
+        raw = self._do(lambda client: _hgetall(client, self.keys.item(item_id)))
+        call = self._complete_call(item_id, owner, revision, completion, raw)
+        if call is None:
+            return None
+        after, args = call
+        reply = self._do(lambda client: scripts.COMPLETE.run(client, keys, args, self.wait))
+        return self._completed(item_id, owner, after, reply)
 
     async def acomplete(
         self, item_id: uuid.UUID, *, owner: str, revision: int, completion: Completion
     ) -> QueueItem | None:
         check_owner(owner)
         check_completion(completion)
-        keys = self._complete_keys
+        keys = self._complete_keys()
 
-        async def work(client: AsyncClient[bytes]) -> QueueItem | None:
-            raw = await _ahgetall(client, self.keys.item(item_id))
-            call = self._complete_call(item_id, owner, revision, completion, raw)
-            if call is None:
-                return None
-            after, args = call
-            return self._completed(item_id, owner, after, await scripts.COMPLETE.arun(client, keys, args))
+        async def read(client: AsyncClient[bytes]) -> Any:
+            return await _ahgetall(client, self.keys.item(item_id))
 
-        return await self._ado(work)
+        call = self._complete_call(item_id, owner, revision, completion, await self._ado(read))
+        if call is None:
+            return None
+        after, args = call
+
+        async def write(client: AsyncClient[bytes]) -> Any:
+            return await scripts.COMPLETE.arun(client, keys, args, self.wait)
+
+        return self._completed(item_id, owner, after, await self._ado(write))
 
     async def acomplete_many(self, requests: Sequence[CompleteRequest]) -> builtins.list[QueueItem | None | QueueError]:
         """Two round trips for the whole batch: the items read in one pipeline, then each
-        item's COMPLETE script (atomic on its own, as `complete`) in another."""
+        item's COMPLETE script (atomic on its own, as `complete`) in another, each retried on its own."""
         for request in requests:
             check_owner(request.owner)
             check_completion(request.completion)
         if not requests:
             return []
-        keys = self._complete_keys
 
-        async def work(client: AsyncClient[bytes]) -> builtins.list[QueueItem | None | QueueError]:
+        async def read(client: AsyncClient[bytes]) -> Any:
             reading = client.pipeline(transaction=False)
             for request in requests:
                 reading.execute_command("HGETALL", self.keys.item(request.item_id))
-            raws = await reading.execute()
-            answers: builtins.list[QueueItem | None | QueueError] = []
-            calls: builtins.list[tuple[int, QueueItem, builtins.list[scripts.Arg]]] = []
-            for index, (request, raw) in enumerate(zip(requests, raws, strict=True)):
-                try:
-                    call = self._complete_call(
-                        request.item_id, request.owner, request.revision, request.completion, raw
-                    )
-                except QueueError as exc:
-                    answers.append(exc)
-                    continue
-                answers.append(None)
-                if call is not None:
-                    calls.append((index, *call))
-            if not calls:
-                return answers
-            writing = client.pipeline(transaction=False)
-            for _, _, args in calls:
-                writing.execute_command("EVALSHA", scripts.COMPLETE.sha, len(keys), *keys, *args)
-            replies = await writing.execute(raise_on_error=False)
-            for (index, after, args), reply in zip(calls, replies, strict=True):
-                if isinstance(reply, redis.exceptions.NoScriptError):
-                    reply = await scripts.COMPLETE.arun(client, keys, args)  # Redis forgot it: EVAL
-                elif isinstance(reply, Exception):
-                    raise reply
-                request = requests[index]
-                try:
-                    answers[index] = self._completed(request.item_id, request.owner, after, reply)
-                except QueueError as exc:
-                    answers[index] = exc
+            return await reading.execute()
+
+        raws = await self._ado(read)
+        answers: builtins.list[QueueItem | None | QueueError] = []
+        calls: builtins.list[tuple[int, QueueItem, scripts.Call]] = []
+        for index, (request, raw) in enumerate(zip(requests, raws, strict=True)):
+            try:
+                call = self._complete_call(request.item_id, request.owner, request.revision, request.completion, raw)
+            except QueueError as exc:
+                answers.append(exc)
+                continue
+            answers.append(None)
+            if call is not None:
+                calls.append((index, call[0], (self._complete_keys(), call[1])))
+        if not calls:
             return answers
 
-        return await self._ado(work)
+        async def write(client: AsyncClient[bytes]) -> builtins.list[Any]:
+            return await scripts.arun_many(client, scripts.COMPLETE, [c for _, _, c in calls], self.wait)
+
+        for (index, after, _), reply in zip(calls, await self._ado(write), strict=True):
+            if isinstance(reply, Exception):
+                raise self._clients.translate(reply)
+            request = requests[index]
+            try:
+                answers[index] = self._completed(request.item_id, request.owner, after, reply)
+            except QueueError as exc:
+                answers[index] = exc
+        return answers
 
     # --- rescheduling, cancelling ----------------------------------------------------------
 
@@ -388,28 +412,28 @@ class RedisStore(RedisShaping):
     def reschedule(self, item_id: uuid.UUID, *, at: datetime, owner: str | None = None) -> bool:
         args = self._reschedule_args(item_id, at, owner)
         keys = [self.keys.leases, self.keys.items, self.keys.queues]
-        return self._do(lambda client: bool(scripts.RESCHEDULE.run(client, keys, args) == 1))
+        return self._do(lambda client: bool(scripts.RESCHEDULE.run(client, keys, args, self.wait) == 1))
 
     async def areschedule(self, item_id: uuid.UUID, *, at: datetime, owner: str | None = None) -> bool:
         args = self._reschedule_args(item_id, at, owner)
         keys = [self.keys.leases, self.keys.items, self.keys.queues]
 
         async def work(client: AsyncClient[bytes]) -> bool:
-            return bool(await scripts.RESCHEDULE.arun(client, keys, args) == 1)
+            return bool(await scripts.RESCHEDULE.arun(client, keys, args, self.wait) == 1)
 
         return await self._ado(work)
 
     def cancel(self, item_id: uuid.UUID) -> QueueItem | None:
         keys = [self.keys.leases, self.keys.items]
         args = [self.key_prefix, str(item_id)]
-        return self._do(lambda client: to_item_or_none(scripts.CANCEL.run(client, keys, args)))
+        return self._do(lambda client: to_item_or_none(scripts.CANCEL.run(client, keys, args, self.wait)))
 
     async def acancel(self, item_id: uuid.UUID) -> QueueItem | None:
         keys = [self.keys.leases, self.keys.items]
         args: builtins.list[scripts.Arg] = [self.key_prefix, str(item_id)]
 
         async def work(client: AsyncClient[bytes]) -> QueueItem | None:
-            return to_item_or_none(await scripts.CANCEL.arun(client, keys, args))
+            return to_item_or_none(await scripts.CANCEL.arun(client, keys, args, self.wait))
 
         return await self._ado(work)
 

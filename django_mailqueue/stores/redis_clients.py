@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -19,6 +20,7 @@ from ..core.errors import Code, QueueError
 from ..core.masking import SecretMask
 from . import redis_connection as conn
 from . import redis_scripts as scripts
+from . import redis_sentinel as sentinel
 from .redis_layout import LAYOUT_VERSION, Keys, fields, text
 
 logger = logging.getLogger("django_mailqueue.stores.redis")
@@ -28,26 +30,52 @@ SyncClient = redis.Redis  # the generic parameters are the stubs' only
 AsyncClient = redis.asyncio.Redis
 
 
-class RedisClients:
-    """The clients of one store, made on first use from `url` (and `password`) or a django-redis `cache`."""
+#: The first pause between two tries of a call while the primary fails over, and the longest.
+FIRST_PAUSE = 0.05
+LONGEST_PAUSE = 1.0
 
-    def __init__(self, keys: Keys, *, url: str | None, cache: str | None, password: str | None, timeout: float) -> None:
+
+class RedisClients:
+    """The clients of one store, made on first use from `url` (and `password`), a django-redis `cache`, or
+    `sentinel` (the primary its sentinels name).
+
+    With `failover_timeout` > 0, a call that fails because the primary is gone or read-only is sent again,
+    pausing between tries, until it succeeds or that many seconds have passed since its first failure.
+    """
+
+    def __init__(
+        self,
+        keys: Keys,
+        *,
+        url: str | None,
+        cache: str | None,
+        password: str | None,
+        timeout: float,
+        sentinel_spec: sentinel.SentinelSpec | None = None,
+        failover_timeout: float = 0.0,
+    ) -> None:
         self.keys = keys
         self._timeout = timeout
         self._url = url
         self._cache = cache
         self._password = password
+        self._sentinel = sentinel_spec
+        self.failover_timeout = failover_timeout
         self._mask = SecretMask(password)
         if url is not None:
             self._mask = self._mask.adding(urlsplit(url).password)
             self.place = conn.where(url)
+        elif sentinel_spec is not None:
+            self._mask = self._mask.adding(sentinel_spec.sentinel_password)
+            self.place = sentinel_spec.place
         else:
             self.place = f"the server of cache {cache!r}"
         self._lock = threading.Lock()
         self._client: SyncClient[bytes] | None = None
         self._owns_client = False
+        self._sync_sentinel: Any = None
         self._async_settings: tuple[dict[str, Any], type[Any]] | None = None
-        self._async: tuple[asyncio.AbstractEventLoop, AsyncClient[bytes]] | None = None
+        self._async: tuple[asyncio.AbstractEventLoop, AsyncClient[bytes], Any] | None = None
         self._pubsub: redis.asyncio.client.PubSub | None = None
         self.ready = False
 
@@ -60,13 +88,24 @@ class RedisClients:
                 if self._url is not None:
                     self._client = conn.sync_client_from_url(self._url, self._timeout, self._password)
                     self._owns_client = True
+                elif self._sentinel is not None:
+                    self._client, self._sync_sentinel = sentinel.sync_client(self._sentinel, self._timeout)
+                    self._owns_client = True
                 else:
                     assert self._cache is not None
                     cached = conn.cache_clients(self._cache, self._timeout)
                     self._mask = self._mask.adding(cached.password)
-                    self._async_settings = (cached.async_settings, cached.async_class)
-                    self._client = cached.client
-                    self._owns_client = cached.owned
+                    if cached.sentinel is not None:
+                        # django-redis's Sentinel pool: the store asks the same sentinels with clients of its own
+                        self._sentinel = cached.sentinel
+                        self._mask = self._mask.adding(cached.sentinel.sentinel_password)
+                        self.place = f"{cached.sentinel.place} (cache {self._cache!r})"
+                        self._client, self._sync_sentinel = sentinel.sync_client(self._sentinel, self._timeout)
+                        self._owns_client = True
+                    else:
+                        self._async_settings = (cached.async_settings, cached.async_class)
+                        self._client = cached.client
+                        self._owns_client = cached.owned
             return self._client
 
     def async_(self) -> AsyncClient[bytes]:
@@ -76,43 +115,77 @@ class RedisClients:
             return current[1]
         # An asyncio client belongs to the loop it connected on: a store used from a
         # new loop gets a new client (the worker's loop is one for its whole run).
+        manager: Any = None
         if self._url is not None:
             client = conn.async_client_from_url(self._url, self._timeout, self._password)
         else:
-            if self._async_settings is None:
-                self.sync()
-            assert self._async_settings is not None
-            client = conn.async_client_from_settings(*self._async_settings)
-        self._async = (loop, client)
+            if self._sentinel is None and self._async_settings is None:
+                self.sync()  # a cache alias: its settings, or its sentinels
+            if self._sentinel is not None:
+                client, manager = sentinel.async_client(self._sentinel, self._timeout)
+            else:
+                assert self._async_settings is not None
+                client = conn.async_client_from_settings(*self._async_settings)
+        self._async = (loop, client, manager)
         self._pubsub = None
         return client
 
     def do(self, work: Callable[[SyncClient[bytes]], T]) -> T:
-        """Run `work` on the sync client: the prefix checked first, Redis's errors as `QueueError`s."""
-        try:
-            client = self.sync()
-            if not self.ready:
-                self._check_schema(scripts.SCHEMA.run(client, [self.keys.schema], [LAYOUT_VERSION]))
-                with contextlib.suppress(redis.RedisError):
-                    self._note_policy(client.execute_command("CONFIG", "GET", "maxmemory-policy"))
-            return work(client)
-        except QueueError:
-            raise
-        except (redis.RedisError, OSError) as exc:
-            raise conn.translate(exc, self._mask, self.place) from None
+        """Run `work` on the sync client: the prefix checked first, Redis's errors as `QueueError`s.
+
+        `work` is sent again while the primary fails over (see the class), so it must be one
+        round trip, or several that may each run twice (reads, or scripts given a replay marker).
+        """
+        tries = _Tries(self.failover_timeout)
+        while True:
+            try:
+                client = self.sync()
+                if not self.ready:
+                    self._check_schema(scripts.SCHEMA.run(client, [self.keys.schema], [LAYOUT_VERSION]))
+                    with contextlib.suppress(redis.RedisError):
+                        self._note_policy(client.execute_command("CONFIG", "GET", "maxmemory-policy"))
+                return work(client)
+            except QueueError:
+                raise
+            except scripts.ReplicasBehind as behind:
+                raise self.replicas_behind(behind) from None
+            except (redis.RedisError, OSError) as exc:
+                pause = tries.pause(exc)
+                if pause is None:
+                    raise conn.translate(exc, self._mask, self.place, tries.spent()) from None
+                time.sleep(pause)
 
     async def ado(self, work: Callable[[AsyncClient[bytes]], Awaitable[T]]) -> T:
-        try:
-            client = self.async_()
-            if not self.ready:
-                self._check_schema(await scripts.SCHEMA.arun(client, [self.keys.schema], [LAYOUT_VERSION]))
-                with contextlib.suppress(redis.RedisError):
-                    self._note_policy(await client.execute_command("CONFIG", "GET", "maxmemory-policy"))  # type: ignore[no-untyped-call]
-            return await work(client)
-        except QueueError:
-            raise
-        except (redis.RedisError, OSError) as exc:
-            raise conn.translate(exc, self._mask, self.place) from None
+        tries = _Tries(self.failover_timeout)
+        while True:
+            try:
+                client = self.async_()
+                if not self.ready:
+                    self._check_schema(await scripts.SCHEMA.arun(client, [self.keys.schema], [LAYOUT_VERSION]))
+                    with contextlib.suppress(redis.RedisError):
+                        self._note_policy(await client.execute_command("CONFIG", "GET", "maxmemory-policy"))  # type: ignore[no-untyped-call]
+                return await work(client)
+            except QueueError:
+                raise
+            except scripts.ReplicasBehind as behind:
+                raise self.replicas_behind(behind) from None
+            except (redis.RedisError, OSError) as exc:
+                pause = tries.pause(exc)
+                if pause is None:
+                    raise conn.translate(exc, self._mask, self.place, tries.spent()) from None
+                await asyncio.sleep(pause)
+
+    def translate(self, exc: BaseException) -> QueueError:
+        """A driver's error met outside `do` / `ado` (a reply of a pipeline), as they make it."""
+        return conn.translate(exc, self._mask, self.place)
+
+    def replicas_behind(self, behind: scripts.ReplicasBehind) -> QueueError:
+        return QueueError(
+            Code.STORE_UNAVAILABLE,
+            f"Redis at {self.place} did the write, but only {behind.acked} of the {behind.wanted} replicas asked "
+            "for (sync_replicas) acknowledged it within sync_timeout: it is on the primary and is lost if the "
+            "primary fails before a replica gets it",
+        )
 
     def maxmemory_policy(self) -> str | None:
         """The server's `maxmemory-policy`; None when the store's user may not run `CONFIG GET`.
@@ -156,24 +229,33 @@ class RedisClients:
         with self._lock:
             client, self._client = self._client, None
             owned, self._owns_client = self._owns_client, False
+            manager, self._sync_sentinel = self._sync_sentinel, None
             current, self._async = self._async, None
             pubsub, self._pubsub = self._pubsub, None
         if current is not None:
-            loop, aclient = current
+            loop, aclient, amanager = current
             if not loop.is_closed() and not loop.is_running():
-                loop.run_until_complete(_close_async(aclient, pubsub))
-        if client is not None and owned:
-            client.close()
+                loop.run_until_complete(_close_async(aclient, pubsub, amanager))
+        self._close_sync(client, owned, manager)
 
     async def aclose(self) -> None:
         current, self._async = self._async, None
         pubsub, self._pubsub = self._pubsub, None
         if current is not None and current[0] is asyncio.get_running_loop():
-            await _close_async(current[1], pubsub)
+            await _close_async(current[1], pubsub, current[2])
         with self._lock:
             client, self._client = self._client, None
             owned, self._owns_client = self._owns_client, False
-        if client is not None and owned:
+            manager, self._sync_sentinel = self._sync_sentinel, None
+        self._close_sync(client, owned, manager)
+
+    @staticmethod
+    def _close_sync(client: SyncClient[bytes] | None, owned: bool, manager: Any) -> None:
+        if client is None or not owned:
+            return
+        if manager is not None:
+            sentinel.close_sync(client, manager)
+        else:
             client.close()
 
     async def await_added(self, timeout: float) -> bool:
@@ -229,8 +311,39 @@ async def _quietly(closing: Awaitable[Any]) -> None:
         pass
 
 
-async def _close_async(client: AsyncClient[bytes], pubsub: redis.asyncio.client.PubSub | None) -> None:
+async def _close_async(
+    client: AsyncClient[bytes], pubsub: redis.asyncio.client.PubSub | None, manager: Any = None
+) -> None:
     if pubsub is not None:
         await _quietly(pubsub.aclose())  # type: ignore[attr-defined, unused-ignore]
         await asyncio.sleep(0)  # the pub/sub connection closes without waiting: let its transport go
-    await _quietly(client.aclose())  # type: ignore[attr-defined, unused-ignore]
+    if manager is not None:
+        await _quietly(sentinel.close_async(client, manager))
+    else:
+        await _quietly(client.aclose())  # type: ignore[attr-defined, unused-ignore]
+
+
+class _Tries:
+    """The tries of one call while the primary fails over: how long to pause before the next, or None
+    when the call must give up (no failover error, retries off, or `limit` seconds spent)."""
+
+    def __init__(self, limit: float) -> None:
+        self.limit = limit
+        self.first_failure: float | None = None
+        self.next_pause = FIRST_PAUSE
+
+    def pause(self, exc: BaseException) -> float | None:
+        if self.limit <= 0 or not conn.follows_failover(exc):
+            return None
+        now = time.monotonic()
+        if self.first_failure is None:
+            self.first_failure = now
+        left = self.first_failure + self.limit - now
+        if left <= 0:
+            return None
+        pause = min(self.next_pause, left)
+        self.next_pause = min(self.next_pause * 2, LONGEST_PAUSE)
+        return pause
+
+    def spent(self) -> float:
+        return 0.0 if self.first_failure is None else time.monotonic() - self.first_failure

@@ -16,14 +16,33 @@ import redis.asyncio.retry
 import redis.backoff
 import redis.connection
 import redis.retry
+import redis.sentinel
 
 from ..core.errors import Code, QueueError
 from ..core.masking import SecretMask
+from .redis_sentinel import SENTINEL_OPTION_NAMES, SentinelSpec, check_sentinel_options, spec_from_pool
 
 #: The keys `OPTIONS` may hold.
-OPTION_NAMES = frozenset({"url", "password", "cache", "key_prefix", "on_commit", "socket_timeout"})
+OPTION_NAMES = frozenset(
+    {
+        "url",
+        "password",
+        "cache",
+        "key_prefix",
+        "on_commit",
+        "socket_timeout",
+        "failover_timeout",
+        "sync_replicas",
+        "sync_timeout",
+        *SENTINEL_OPTION_NAMES,
+    }
+)
 DEFAULT_PREFIX = "mailqueue:"
 DEFAULT_SOCKET_TIMEOUT = 10.0
+#: Seconds a call keeps retrying while the primary is gone or read-only: with `sentinels`, and otherwise.
+DEFAULT_FAILOVER_TIMEOUT_SENTINEL = 60.0
+DEFAULT_FAILOVER_TIMEOUT = 0.0
+DEFAULT_SYNC_TIMEOUT = 1.0
 #: Lowercase letters, digits, `_ : . -`, a letter first: no `{` (no Cluster hash tag)
 #: and no glob character, so `SCAN MATCH <prefix>*` and `~<prefix>*` mean the queue's keys.
 PREFIX_RULE = re.compile(r"[a-z][a-z0-9_:.\-]{0,39}")
@@ -61,20 +80,29 @@ _ASYNC_KWARGS = frozenset(
 def check_options(options: Mapping[str, Any]) -> list[str]:
     """What is wrong in a RedisStore's `OPTIONS`, without connecting; [] when nothing."""
     problems: list[str] = []
-    unknown = set(options) - OPTION_NAMES
+    if options.get("cluster") or "partitions" in options:
+        problems.append(
+            "Redis Cluster ('cluster', 'partitions') is not supported: the store's scripts need the queue's keys on "
+            "one primary; use one Redis, a primary with replicas, or Sentinel ('sentinels'; see docs/redis.md)"
+        )
+    unknown = set(options) - OPTION_NAMES - {"cluster", "partitions"}
     if unknown:
         problems.append(f"unknown option(s) {sorted(unknown)}; RedisStore takes {sorted(OPTION_NAMES)}")
-    url, cache = options.get("url"), options.get("cache")
-    if (url is None) == (cache is None):
-        problems.append("give exactly one of 'url' (redis://, rediss:// or unix://) and 'cache' (a CACHES alias)")
+    url, cache, sentinels = options.get("url"), options.get("cache"), options.get("sentinels")
+    if [url, cache, sentinels].count(None) != 2:
+        problems.append(
+            "give exactly one of 'url' (redis://, rediss:// or unix://), 'cache' (a CACHES alias) and "
+            "'sentinels' (with 'service_name')"
+        )
     if url is not None:
         problems.extend(_url_problems(url))
+    problems.extend(check_sentinel_options(options))
     password = options.get("password")
     if password is not None:
         if not isinstance(password, str) or not password:
             problems.append("'password' must be a non-empty string")
-        elif url is None:
-            problems.append("'password' goes with 'url'; a 'cache' alias takes its password from CACHES")
+        elif url is None and sentinels is None:
+            problems.append("'password' goes with 'url' or 'sentinels'; a 'cache' alias takes its password from CACHES")
         elif isinstance(url, str) and _url_password(url):
             problems.append("give the password in 'url' or in 'password', not in both")
     if cache is not None:
@@ -87,9 +115,62 @@ def check_options(options: Mapping[str, Any]) -> list[str]:
     if not isinstance(options.get("on_commit", False), bool):
         problems.append("'on_commit' must be True or False")
     timeout = options.get("socket_timeout", DEFAULT_SOCKET_TIMEOUT)
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout <= 3600:
+    if not _seconds(timeout, 3600):
         problems.append("'socket_timeout' must be a number of seconds, more than 0 and at most 3600")
+    failover = options.get("failover_timeout", 0)
+    if not _seconds(failover, 600, zero=True):
+        problems.append("'failover_timeout' must be a number of seconds, from 0 (no retries) to 600")
+    replicas = options.get("sync_replicas", 0)
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or not 0 <= replicas <= 100:
+        problems.append("'sync_replicas' must be a whole number of replicas, from 0 (no WAIT) to 100")
+    sync_timeout = options.get("sync_timeout", DEFAULT_SYNC_TIMEOUT)
+    if not _seconds(sync_timeout, 3600):
+        problems.append("'sync_timeout' must be a number of seconds, more than 0")
+    elif replicas and _seconds(timeout, 3600) and sync_timeout >= timeout:
+        problems.append("'sync_timeout' must be less than 'socket_timeout' (the reply to WAIT comes after it)")
     return problems
+
+
+def _seconds(value: Any, most: float, *, zero: bool = False) -> bool:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return (0 <= value if zero else 0 < value) and value <= most
+
+
+def failover_timeout(options: Mapping[str, Any]) -> float:
+    """Seconds a failed call is retried while the primary is gone or read-only (0: never)."""
+    through_sentinel = bool(options.get("sentinels")) or (
+        isinstance(options.get("cache"), str) and cache_uses_sentinel(options["cache"])
+    )
+    default = DEFAULT_FAILOVER_TIMEOUT_SENTINEL if through_sentinel else DEFAULT_FAILOVER_TIMEOUT
+    return float(options.get("failover_timeout", default))
+
+
+def cache_uses_sentinel(alias: str) -> bool:
+    """Whether the django-redis cache `alias` is configured to reach Redis through Sentinel (read from the
+    settings: nothing connects)."""
+    from django.conf import settings
+
+    cache = getattr(settings, "CACHES", {}).get(alias, {})
+    options = cache.get("OPTIONS", {}) or {}
+    named = (
+        options.get("CLIENT_CLASS"),
+        options.get("CONNECTION_FACTORY") or getattr(settings, "DJANGO_REDIS_CONNECTION_FACTORY", None),
+        options.get("CONNECTION_POOL_CLASS"),
+    )
+    return any(isinstance(name, str) and "Sentinel" in name for name in named)
+
+
+def follows_failover(exc: BaseException) -> bool:
+    """Whether `exc` is what a call meets while a primary fails over: no connection, no answer, or a
+    read-only replica where the primary was. Refused credentials and every other refusal are not."""
+    if isinstance(exc, redis.exceptions.AuthenticationError | redis.exceptions.AuthorizationError):
+        return False
+    if isinstance(exc, redis.exceptions.ReadOnlyError):
+        return True
+    if isinstance(exc, redis.exceptions.ResponseError):
+        return str(exc).startswith(("MASTERDOWN", "LOADING"))
+    return isinstance(exc, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError | OSError)
 
 
 def _url_problems(url: Any) -> list[str]:
@@ -178,6 +259,8 @@ class CacheConnection:
     async_settings: dict[str, Any]
     async_class: type[Any]
     password: str | None
+    #: set when the cache reaches Redis through Sentinel (django-redis's SentinelConnectionFactory)
+    sentinel: SentinelSpec | None = None
 
 
 def cache_clients(alias: str, timeout: float) -> CacheConnection:
@@ -190,6 +273,9 @@ def cache_clients(alias: str, timeout: float) -> CacheConnection:
 
     client: redis.Redis[bytes] = get_redis_connection(alias)
     pool = client.connection_pool
+    spec = spec_from_pool(pool)
+    if spec is not None:
+        return CacheConnection(client, False, {}, type(None), spec.password, sentinel=spec)
     kwargs = dict(pool.connection_kwargs)
     sync_class = pool.connection_class
     async_class: type[Any]
@@ -231,11 +317,27 @@ def _parameters(cls: type[Any]) -> set[str]:
     return names
 
 
-def translate(exc: BaseException, mask: SecretMask, place: str) -> QueueError:
-    """A driver's error as `STORE_UNAVAILABLE`, its text with every password masked."""
+def translate(exc: BaseException, mask: SecretMask, place: str, retried: float = 0.0) -> QueueError:
+    """A driver's error as `STORE_UNAVAILABLE`, its text with every password masked; `retried`: the seconds
+    the call was tried again for before giving up."""
+    error = _translate(exc, mask, place)
+    if retried > 0:
+        error = QueueError(Code.STORE_UNAVAILABLE, f"{error.message} (tried again for {retried:.1f} s)")
+    return error
+
+
+def _translate(exc: BaseException, mask: SecretMask, place: str) -> QueueError:
     text = mask(str(exc)).splitlines()[0] if str(exc) else ""
     kind = type(exc).__name__
-    if type(exc).__name__ == "OutOfMemoryError" or text.startswith("OOM"):
+    if isinstance(exc, redis.sentinel.MasterNotFoundError):
+        # redis-py's text holds each sentinel client's repr: only the kinds of their errors are kept
+        failures = re.findall(r" - (?:\w+:)?(\w+)", text)
+        said = f"the sentinels failed with {', '.join(failures)}" if failures else "the sentinels name none up"
+        message = (
+            f"no sentinel of {place} names a primary that is up (a failover under way, or the sentinels out of "
+            f"reach or refusing the sentinel_password): {kind}: {said}"
+        )
+    elif type(exc).__name__ == "OutOfMemoryError" or text.startswith("OOM"):
         message = (
             f"Redis at {place} is out of memory and refused the write (used memory is over its 'maxmemory'; "
             "with maxmemory-policy noeviction it refuses rather than evict queue keys): raise maxmemory, "

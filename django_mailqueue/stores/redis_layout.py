@@ -71,6 +71,10 @@ class Keys:
     def suspension(self, destination: str) -> str:
         return f"{self.prefix}suspension:{destination}"
 
+    def replay(self, lifetime_ms: int, token: str) -> str:
+        """A call's marker (see lua/replay.lua): its name gives how long it lives."""
+        return f"{self.prefix}replay:{lifetime_ms}:{token}"
+
 
 def as_added(new: NewItem, now: datetime, now_us: int) -> QueueItem:
     """The item as `add` stores it, its times in whole microseconds as Redis keeps them."""

@@ -7,7 +7,10 @@ Four secrets, each made to fail every way it can:
   unreachable host — through a real worker, store and history, then the
   admin pages rendered over them;
 - a Redis URL's password: a wrong password (a private Redis with
-  `requirepass`), an unreachable port, TLS to a server that has none;
+  `requirepass`), an unreachable port, TLS to a server that has none; and
+  through Redis Sentinel (a primary, a replica and three sentinels with
+  passwords), a wrong `sentinel_password`, a wrong data `password`, sentinels
+  out of reach — through the store, a worker and `mailqueue_status`;
 - a PostgreSQL password (in the URL the settings are built from): a wrong
   password (a private cluster with scram auth) and an unreachable host,
   through `mailqueue_work --once` and `mailqueue_status` processes;
@@ -354,6 +357,79 @@ def test_the_password_option_reaches_redis_and_a_wrong_one_never_shows(
     wrong.close()
     assert refused.value.code == "STORE_UNAVAILABLE"
     assert leaks(REDIS_PASSWORD, *exception_texts(refused.value), caplog.text, repr(wrong)) == []
+
+
+# --- Redis Sentinel: the sentinels' password and the data nodes' ------------------------------------
+
+SENTINEL_PASSWORD = "Sentinel-Pw-5ecret-d3a0"  # noqa: S105
+
+
+@pytest.fixture(scope="module")
+def secret_sentinels(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    from tests.support.redis_sentinel import SentinelSetup
+
+    directory = tmp_path_factory.mktemp("secret-sentinel")
+    with SentinelSetup(directory, password="dAtA-pAsSwOrD-y", sentinel_password="sEnTiNeL-pAsSwOrD-z") as setup:
+        yield setup
+
+
+SENTINEL_CASES = {
+    # what is wrong -> the options beside `sentinels` and `service_name`
+    "wrong sentinel password": {"sentinel_password": SENTINEL_PASSWORD, "password": "dAtA-pAsSwOrD-y"},
+    "wrong data password": {"sentinel_password": "sEnTiNeL-pAsSwOrD-z", "password": REDIS_PASSWORD},
+    "sentinels unreachable": {"sentinel_password": SENTINEL_PASSWORD, "password": REDIS_PASSWORD, "down": True},
+}
+
+
+def _report_of_a_failure() -> str:
+    """Django's error report with the current settings (a frame of its own: the test's locals hold the secrets)."""
+    try:
+        raise QueueError("STORE_UNAVAILABLE", "something failed")
+    except QueueError as exc:
+        return report_text_with(SafeExceptionReporterFilter, exc)
+
+
+@pytest.mark.parametrize("case", SENTINEL_CASES.keys())
+def test_sentinel_and_redis_passwords_never_show(
+    case: str, secret_sentinels: Any, settings: Any, caplog: pytest.LogCaptureFixture, error_signals: ErrorSignals
+) -> None:
+    import asyncio
+
+    from django.core.management import call_command
+
+    from django_mailqueue.stores.redis import RedisStore
+
+    caplog.set_level(logging.DEBUG)
+    given = dict(SENTINEL_CASES[case])
+    sentinels = [("127.0.0.1", free_port())] if given.pop("down", False) else None
+    options = secret_sentinels.options(key_prefix="rel-secret-sentinel:", socket_timeout=2, failover_timeout=0.5)
+    options.update(given)
+    if sentinels:
+        options["sentinels"] = sentinels
+    store = RedisStore(options)
+    texts: list[str] = [repr(store), str(store), store.place]
+    for call in (lambda: store.count(), lambda: store.add(NewItem("a@o.test", ("b@d.test",), b"x\r\n"), now=_now())):
+        with pytest.raises(QueueError) as failed:
+            call()
+        assert failed.value.code == "STORE_UNAVAILABLE", failed.value
+        texts += exception_texts(failed.value)
+    get_settings.cache_clear()
+    worker = Worker(store=store, settings=get_settings(), once=True, deliverer=_NoDelivery(), close_store=True)
+    asyncio.run(worker.run())
+    assert error_signals.payloads, "the failed claim was not told on the error signal"
+    store.close()
+    settings.MAILQUEUE = {"STORE": {"BACKEND": "django_mailqueue.stores.redis.RedisStore", "OPTIONS": options}}
+    get_settings.cache_clear()
+    status = StringIO()
+    try:
+        call_command("mailqueue_status", stdout=status, stderr=status)
+    except Exception as exc:  # noqa: BLE001 - whatever it raises is looked at
+        texts += exception_texts(exc)
+    texts.append(_report_of_a_failure())
+    get_settings.cache_clear()
+    texts += [status.getvalue(), caplog.text, *error_signals.payloads]
+    assert leaks(SENTINEL_PASSWORD, *texts) == []
+    assert leaks(REDIS_PASSWORD, *texts) == []
 
 
 class _NoDelivery:

@@ -1,9 +1,10 @@
--- add.lua (after store_items.lua): store a batch of items with their messages, all or nothing.
+-- add.lua (after replay.lua and store_items.lua): store a batch of items with their messages, all or nothing.
 --
 -- KEYS[1]  <prefix>schema   string, the layout version
 -- KEYS[2]  <prefix>seq      string, the counter that orders items
 -- KEYS[3]  <prefix>items    sorted set, every item by next attempt
 -- KEYS[4]  <prefix>queues   set, names of the queues whose ready set may hold items
+-- KEYS[5]  (when the store retries) the call's marker, <prefix>replay:<ms>:<token> (see replay.lua)
 -- ARGV[1]  the prefix; an item's keys are <prefix>item:<id>, <prefix>message:<id>,
 --          <prefix>ready:<queue>; the wake-up channel is <prefix>wakeup
 -- ARGV[2]  the layout version
@@ -15,12 +16,17 @@
 -- Returns {'ok'} once every item is stored and idle workers are told;
 -- {'full', held} when the batch would pass MAX_ITEMS; {'duplicate', id} when an
 -- item with that id is queued already; {'schema', found} when the prefix holds
--- another application's schema key. Nothing is written unless 'ok'.
+-- another application's schema key. Nothing is written unless 'ok'. A retry of a call
+-- that ran (its marker found) returns {'ok'} and writes nothing.
 --
 -- Every check comes before the first write: under maxmemory a script is refused
 -- at its first write, so a refusal also leaves nothing half stored.
 local prefix = ARGV[1]
 local n = tonumber(ARGV[4])
+
+if replayed(KEYS[5]) then
+  return {'ok'}
+end
 
 local found = redis.pcall('GET', KEYS[1])
 if type(found) == 'table' then
@@ -49,4 +55,5 @@ if not found then
   redis.call('SET', KEYS[1], ARGV[2])
 end
 store_items(prefix, KEYS[2], KEYS[3], KEYS[4], 5, n)
+mark(KEYS[5], '1')
 return {'ok'}

@@ -1,9 +1,10 @@
--- claim.lua: lease up to `limit` due items to an owner, earliest due first.
+-- claim.lua (after replay.lua): lease up to `limit` due items to an owner, earliest due first.
 --
 -- KEYS[1]  <prefix>leases   sorted set, leased items by when they become claimable again:
 --                           the later of the lease's expiry and the next attempt
 -- KEYS[2]  <prefix>items    sorted set, every item by next attempt
 -- KEYS[3]  <prefix>queues   set, names of the queues whose ready set may hold items
+-- KEYS[4]  (when the store retries) the call's marker, <prefix>replay:<ms>:<token> (see replay.lua)
 -- ARGV[1]  the prefix (item keys, <prefix>ready:<queue>, <prefix>message:<id>)
 -- ARGV[2]  owner
 -- ARGV[3]  now (µs)
@@ -20,10 +21,24 @@
 -- A member whose item hash is gone is dropped here, with its message.
 --
 -- Returns a list with, per claimed item, its hash after the claim as a flat
--- list of fields and values, in claim order.
+-- list of fields and values, in claim order. A retry of a call that ran (its marker
+-- found) returns the items that call claimed and the owner still holds, and claims nothing.
 local prefix, owner, now, expires = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local limit = tonumber(ARGV[5])
 local expires_n = tonumber(expires)
+
+local prior = replayed(KEYS[4])
+if prior then
+  local out = {}
+  for id in string.gmatch(prior, '[^ ]+') do
+    local key = prefix .. 'item:' .. id
+    if redis.call('HGET', key, 'owner') == owner then
+      table.insert(out, redis.call('HGETALL', key))
+    end
+  end
+  return out
+end
+local claimed = {}
 
 local function drop(member, ready_key)
   redis.call('ZREM', KEYS[1], member)
@@ -105,6 +120,7 @@ local function take(list, want, out)
     end
     redis.call('ZADD', KEYS[1], score, c.member)
     table.insert(out, redis.call('HGETALL', key))
+    table.insert(claimed, c.id)
   end
 end
 
@@ -136,5 +152,8 @@ else
     end
   end
   take(list, limit, out)
+end
+if #claimed > 0 then
+  mark(KEYS[4], table.concat(claimed, ' '))
 end
 return out

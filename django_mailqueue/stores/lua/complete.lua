@@ -1,10 +1,11 @@
--- complete.lua (after store_items.lua): record an attempt's outcome, add its DSNs and let go of the lease,
+-- complete.lua (after replay.lua and store_items.lua): record an attempt's outcome, add its DSNs and let go of the lease,
 -- for the lease's owner at the revision it claimed — all or nothing.
 --
 -- KEYS[1]  <prefix>leases   sorted set, leased items
 -- KEYS[2]  <prefix>items    sorted set, every item by next attempt
 -- KEYS[3]  <prefix>queues   set, names of the queues whose ready set may hold items
 -- KEYS[4]  <prefix>seq      string, the counter that orders items (for the DSNs)
+-- KEYS[5]  (when the store retries) the call's marker, <prefix>replay:<ms>:<token> (see replay.lua)
 -- ARGV[1]  the prefix (item keys, <prefix>message:<id>, <prefix>ready:<queue>,
 --          the wake-up channel <prefix>wakeup)
 -- ARGV[2]  item id
@@ -25,10 +26,14 @@
 -- such item, -2 when the DSNs would pass MAX_ITEMS, -3 when a DSN's id is queued
 -- already; nothing is written unless 1. Every other write to an item's outcome
 -- fields comes from this script, and each claim bumps `rev`, so owner and revision
--- together prove the caller's reading is current.
+-- together prove the caller's reading is current. A retry of a call that ran (its marker
+-- found) returns 1 and writes nothing.
 local prefix, id = ARGV[1], ARGV[2]
 local n = tonumber(ARGV[11])
 local key = prefix .. 'item:' .. id
+if replayed(KEYS[5]) then
+  return 1
+end
 local f = redis.call('HMGET', key, 'owner', 'rev', 'member', 'queue')
 if not f[3] then
   return -1
@@ -65,4 +70,5 @@ else
 end
 
 store_items(prefix, KEYS[4], KEYS[2], KEYS[3], 12, n)
+mark(KEYS[5], '1')
 return 1

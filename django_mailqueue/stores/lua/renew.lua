@@ -1,7 +1,8 @@
 -- renew.lua: extend the leases an owner holds.
 --
 -- KEYS[1]  <prefix>leases   sorted set, leased items by when they become claimable again
--- ARGV[1]  the prefix (item keys are <prefix>item:<id>)
+-- KEYS[2..] <prefix>item:<id> of each id below, in the same order
+-- ARGV[1]  the prefix
 -- ARGV[2]  owner
 -- ARGV[3]  the new lease expiry (µs)
 -- ARGV[4..] item ids
@@ -12,7 +13,7 @@
 local prefix, owner, expires = ARGV[1], ARGV[2], ARGV[3]
 local held = {}
 for i = 4, #ARGV do
-  local key = prefix .. 'item:' .. ARGV[i]
+  local key = KEYS[i - 2]
   local f = redis.call('HMGET', key, 'owner', 'next', 'member')
   if f[1] == owner and f[3] then
     redis.call('HSET', key, 'expires', expires)
