@@ -153,6 +153,9 @@ class RedisClients:
                 pause = tries.pause(exc)
                 if pause is None:
                     raise conn.translate(exc, self._mask, self.place, tries.spent()) from None
+                if isinstance(exc, redis.exceptions.ReadOnlyError) and self._client is not None:
+                    # a `url` that reached a replica: the next connections resolve and connect anew
+                    self._client.connection_pool.disconnect(inuse_connections=False)
                 time.sleep(pause)
 
     async def ado(self, work: Callable[[AsyncClient[bytes]], Awaitable[T]]) -> T:
@@ -173,6 +176,8 @@ class RedisClients:
                 pause = tries.pause(exc)
                 if pause is None:
                     raise conn.translate(exc, self._mask, self.place, tries.spent()) from None
+                if isinstance(exc, redis.exceptions.ReadOnlyError) and self._async is not None:
+                    await self._async[1].connection_pool.disconnect(inuse_connections=False)
                 await asyncio.sleep(pause)
 
     def translate(self, exc: BaseException) -> QueueError:

@@ -169,7 +169,7 @@ def follows_failover(exc: BaseException) -> bool:
     if isinstance(exc, redis.exceptions.ReadOnlyError):
         return True
     if isinstance(exc, redis.exceptions.ResponseError):
-        return str(exc).startswith(("MASTERDOWN", "LOADING"))
+        return str(exc).startswith(("MASTERDOWN", "LOADING", "NOREPLICAS"))
     return isinstance(exc, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError | OSError)
 
 

@@ -158,3 +158,42 @@ def test_bad_sync_options_are_refused_by_the_check(options: dict[str, Any], frag
 def test_good_sync_options_pass() -> None:
     assert RedisStore.check_options({"url": "redis://h/0", "sync_replicas": 2, "sync_timeout": 0.5}) == []
     assert RedisStore.check_options({"url": "redis://h/0", "failover_timeout": 0}) == []
+
+
+def test_a_url_that_reaches_a_replica_is_retried_until_it_is_the_primary(pair: Pair) -> None:
+    """`failover_timeout` with a `url`: READONLY is retried (on new connections) until the node is promoted."""
+    import threading
+
+    on_primary = pair.store()
+    on_primary.count()  # the prefix's schema key written, and replicated (WAIT)
+    on_primary.close()
+    store = RedisStore({"url": pair.replica.url, "failover_timeout": 30})
+    assert store.count() == 0  # reads work on a replica
+    promoted = threading.Event()
+
+    def promote() -> None:
+        promoted.wait()
+        with pair.replica.client() as replica:
+            replica.execute_command("REPLICAOF", "NO", "ONE")
+
+    promoter = threading.Thread(target=promote)
+    promoter.start()
+    with pair.replica.client() as replica:
+        assert replica.info("replication")["role"] == "slave"
+    timer = threading.Timer(0.2, promoted.set)
+    timer.start()
+    added = store.add(new_item(), now=T0)  # READONLY until the promotion, then stored
+    promoter.join(10)
+    assert [i.id for i in store.list()] == [added.id]
+    store.close()
+
+
+def test_without_failover_timeout_a_replica_refuses_at_once(pair: Pair) -> None:
+    on_primary = pair.store()
+    on_primary.add(new_item(), now=T0)  # the schema key, replicated
+    on_primary.close()
+    store = RedisStore({"url": pair.replica.url})
+    with pytest.raises(QueueError) as refused:
+        store.add(new_item(), now=T0)
+    assert refused.value.code == "STORE_UNAVAILABLE" and "read-only replica" in refused.value.message
+    store.close()
