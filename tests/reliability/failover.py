@@ -2,15 +2,16 @@
 
 `run_failover(FailoverConfig(...))` does it all and returns a `FailoverReport`:
 
-1. a `SentinelSetup` (a primary, two replicas, three sentinels; down after 400 ms)
+1. a `SentinelSetup` (a primary, two replicas, three sentinels; down after 1.5 s)
    and an aiosmtpd sink on loopback that accepts every recipient, as the relay of
    every message;
 2. `config.workers` `mailqueue_work` processes on the store through the sentinels
    (`sync_replicas` as configured), and a sender thread in this process adding the
    fault run's messages (`tests.reliability.plan`) one at a time, noting which adds
    returned and which raised;
-3. once `config.kill_after` messages were accepted by the sink: SIGKILL of the
-   primary; the sender goes on until `config.messages` adds were tried;
+3. once `config.kill_after` messages were accepted by the sink and a third of the
+   adds tried: SIGKILL of the primary; the sender goes on until `config.messages`
+   adds were tried;
 4. when the store is empty and the sink quiet: SIGTERM, exit 0 expected.
 
 What it counts: the adds that returned and were never delivered (lost), the
@@ -48,14 +49,14 @@ REDIS_PASSWORD = "rel-Redis-s3cret-0c2d"  # noqa: S105
 @dataclass
 class FailoverConfig:
     sync_replicas: int
-    messages: int = 1200
+    messages: int = 1500
     workers: int = 3
     concurrency: int = 10
     lease: float = 15.0
-    #: messages accepted by the sink before the primary is killed
-    kill_after: int = 300
+    #: messages accepted by the sink, and adds tried, before the primary is killed
+    kill_after: int = 200
     #: seconds between two adds of the sender
-    pace: float = 0.004
+    pace: float = 0.005
     deadline: float = 240.0
     directory: Path | None = None
 
@@ -74,6 +75,8 @@ class FailoverReport:
     duplicated_pairs: int = 0
     #: messages accepted that no add was tried for (must be none)
     unknown: int = 0
+    #: adds tried when the primary was killed
+    killed_at_add: int = 0
     failover_seconds: float = 0.0
     sender_stalled_seconds: float = 0.0
     left_in_store: int = 0
@@ -101,6 +104,9 @@ class _Sender(threading.Thread):
         self.returned: list[int] = []
         self.raised: dict[int, str] = {}
         self.longest_add = 0.0
+
+    def tried(self) -> int:
+        return len(self.returned) + len(self.raised)
 
     def run(self) -> None:
         clock = SystemClock()
@@ -155,8 +161,11 @@ def run_failover(config: FailoverConfig) -> FailoverReport:
         sender = _Sender(options, config.messages, config.pace)
         sender.start()
         deadline = began + config.deadline
-        while len(sink.messages) < config.kill_after and time.monotonic() < deadline:
+        while time.monotonic() < deadline and (
+            len(sink.messages) < config.kill_after or sender.tried() < config.messages // 3
+        ):
             time.sleep(0.05)
+        report.killed_at_add = sender.tried()
         killed = time.monotonic()
         setup.kill_primary()
         setup.wait_for_failover()

@@ -7,12 +7,15 @@
 -- guards, so that a replica has both or neither. It lives the lifetime its name gives.
 
 -- The marker's value when the call ran already, else nil (also when the store gave no marker).
+-- Found, it is written again (its lifetime anew): a write, so that a WAIT after this call (sync_replicas) waits
+-- until the replicas have everything up to here, the first run's writes included.
 local function replayed(marker)
   if not marker then
     return nil
   end
   local value = redis.call('GET', marker)
   if value then
+    redis.call('SET', marker, value, 'PX', string.match(marker, 'replay:(%d+):'))
     return value
   end
   return nil
