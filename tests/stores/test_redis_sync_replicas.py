@@ -197,3 +197,17 @@ def test_without_failover_timeout_a_replica_refuses_at_once(pair: Pair) -> None:
         store.add(new_item(), now=T0)
     assert refused.value.code == "STORE_UNAVAILABLE" and "read-only replica" in refused.value.message
     store.close()
+
+
+def test_the_documented_acl_user_may_wait(pair: Pair) -> None:
+    """The ACL line of docs/redis.md grants `WAIT`: the store works as that user with sync_replicas."""
+    from tests.stores.test_redis_contract import acl_rules
+
+    with pair.primary.client() as admin:
+        admin.execute_command("ACL", "SETUSER", "mq-wait", "reset", *acl_rules("mqacl:", "pw-wait-1"))
+    url = f"redis://mq-wait:pw-wait-1@127.0.0.1:{pair.primary.port}/0"
+    store = RedisStore({"url": url, "key_prefix": "mqacl:", "sync_replicas": 1})
+    added = store.add(new_item(), now=T0)
+    (claimed,) = store.claim(owner="w", now=T0, lease_expires=at(60))
+    assert store.complete(added.id, owner="w", revision=claimed.revision, completion=DONE) is not None
+    store.close()
