@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 
-from django_mailqueue.core.items import ItemOrder, NewItem
+from django_mailqueue.core.items import ItemOrder, NewItem, Reply
 from django_mailqueue.stores.base import QueueStore
 from tests.admin.conftest import PASSWORD
 from tests.admin.queue_data import Queue, record_history
@@ -151,11 +151,15 @@ def test_lists_fit_the_screen_sort_and_count(
     shoot(browser, shots, "admin-queue-item")
     open_page(browser, f"{base}{queue.due[1].id}/change/")
     shoot(browser, shots, "admin-queue-item-html")
+    # a suspended destination with a long reply, on the overview
+    long_reply = Reply(421, "4.7.28", "Our system has detected an unusual rate of unsolicited mail " * 6)
+    store.suspend(".google.com", until=now + timedelta(minutes=10), reply=long_reply, now=now)
     entry = browser.find_element(By.CSS_SELECTOR, "#nav-sidebar a[href$='/queueoverview/']")
     assert entry.text == "Queue overview"
     wait_for_new_page(browser, entry)
     assert browser.current_url.endswith(LIST_PATH + "overview/")
     assert_no_sideways_scroll(browser)
+    assert ".google.com" in browser.find_element(By.ID, "mq-suspended").text
     shoot(browser, shots, "admin-overview")
     open_page(browser, live_server.url + HISTORY_PATH)
     assert_no_sideways_scroll(browser)
