@@ -29,6 +29,8 @@ class _Call(Generic[_R]):
     keys: Sequence[str]
     args: Sequence[scripts.Arg]
     read: Callable[[Any], _R]
+    #: followed by the store's WAIT (`sync_replicas`): not the token buckets', whose loss only refills a bucket
+    waits: bool = True
 
 
 class RedisShaping(QueueStore):
@@ -36,6 +38,8 @@ class RedisShaping(QueueStore):
 
     keys: Keys
     key_prefix: str
+    #: the WAIT after a write (`sync_replicas`), or None
+    wait: scripts.Wait | None
 
     @abc.abstractmethod
     def _do(self, work: Callable[[SyncClient[bytes]], _R]) -> _R: ...
@@ -44,11 +48,14 @@ class RedisShaping(QueueStore):
     async def _ado(self, work: Callable[[AsyncClient[bytes]], Awaitable[_R]]) -> _R: ...
 
     def _run(self, call: _Call[_R]) -> _R:
-        return self._do(lambda client: call.read(call.script.run(client, call.keys, call.args)))
+        wait = self.wait if call.waits else None
+        return self._do(lambda client: call.read(call.script.run(client, call.keys, call.args, wait)))
 
     async def _arun(self, call: _Call[_R]) -> _R:
+        wait = self.wait if call.waits else None
+
         async def work(client: AsyncClient[bytes]) -> _R:
-            return call.read(await call.script.arun(client, call.keys, call.args))
+            return call.read(await call.script.arun(client, call.keys, call.args, wait))
 
         return await self._ado(work)
 
@@ -57,7 +64,7 @@ class RedisShaping(QueueStore):
     def _take(self, key: str, rate: float, burst: int, want: int, now: datetime) -> _Call[int]:
         check_take(key, rate, burst, want, now)
         args = [repr(float(rate)), str(burst), str(want), str(to_micros(now))]
-        return _Call(scripts.TAKE_TOKENS, [self.keys.bucket(key)], args, int)
+        return _Call(scripts.TAKE_TOKENS, [self.keys.bucket(key)], args, int, waits=False)
 
     def _suspend(self, destination: str, until: datetime, reply: Reply, now: datetime) -> _Call[Suspension]:
         check_suspend(destination, until, reply, now)
@@ -82,7 +89,7 @@ class RedisShaping(QueueStore):
         check_aware(now, "now")
         wanted = [] if destinations is None else list(dict.fromkeys(destinations))
         args = [self.key_prefix, str(to_micros(now)), "0" if destinations is None else "1", *wanted]
-        return _Call(scripts.SUSPENSIONS, [self.keys.suspended], args, _read_suspensions)
+        return _Call(scripts.SUSPENSIONS, [self.keys.suspended], args, _read_suspensions, waits=False)
 
     def _clear(self, destination: str) -> _Call[bool]:
         check_key(destination, "a destination")

@@ -14,7 +14,7 @@ from django.core.management.base import SystemCheckError
 from django.test import override_settings
 
 from django_mailqueue.core.errors import QueueError
-from django_mailqueue.core.items import Completion, RecipientState
+from django_mailqueue.core.items import Completion, RecipientState, Reply
 from django_mailqueue.stores.redis import RedisStore
 from django_mailqueue.testing.contract import T0, at, new_item, outcome
 from tests.support.redis_server import RedisServer
@@ -66,6 +66,36 @@ def test_each_write_is_on_the_replica_when_the_call_returns(pair: Pair) -> None:
     assert replica.hget(f"mailqueue:item:{other.id}", "next") == str(int(at(500).timestamp()) * 1_000_000).encode()
     assert store.cancel(other.id) is not None
     assert replica.exists(f"mailqueue:item:{other.id}") == 0
+    replica.close()
+    store.close()
+
+
+def test_shaping_waits_for_its_suspensions_and_not_for_its_buckets(pair: Pair) -> None:
+    """A suspension, its clearing and a deferral are writes like the others; a token bucket's take is not
+    waited for (a bucket lost in a failover is only full again)."""
+    store = pair.store()
+    throttled = Reply(421, "4.7.0", "Try again later")
+    item = store.add(new_item(["a@x.example"]), now=T0)
+    store.suspend("x.example", until=at(60), reply=throttled, now=T0)
+    replica = pair.replica.client()
+    assert replica.hget("mailqueue:suspension:x.example", "strikes") == b"1"
+    assert store.defer_destination(["x.example"], until=at(60), now=T0) == 1
+    assert replica.hget(f"mailqueue:item:{item.id}", "next") == str(int(at(60).timestamp()) * 1_000_000).encode()
+    with pair.primary.client() as admin:
+        before = admin.info("commandstats")["cmdstat_wait"]["calls"]
+        assert store.take_tokens("relay:smtp.example.net:587", rate=1, burst=5, want=2, now=T0) == 2
+        assert admin.info("commandstats")["cmdstat_wait"]["calls"] == before
+    pair.replica.kill()
+    assert store.take_tokens("relay:smtp.example.net:587", rate=1, burst=5, want=2, now=T0) == 2
+    assert [s.destination for s in store.suspensions(now=T0)] == ["x.example"]  # a read
+    for write in (
+        lambda: store.suspend("y.example", until=at(60), reply=throttled, now=T0),
+        lambda: store.clear_suspension("x.example"),
+    ):
+        with pytest.raises(QueueError) as behind:
+            write()
+        assert behind.value.code == "STORE_UNAVAILABLE" and "replicas" in behind.value.message
+    assert [s.destination for s in store.suspensions(now=T0)] == ["y.example"]  # done on the primary
     replica.close()
     store.close()
 
