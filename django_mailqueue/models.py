@@ -156,6 +156,33 @@ class Suspension(models.Model):
         return self.destination
 
 
+class SuppressedAddress(models.Model):
+    """The ORM store's suppression list: an address a permanent failure put on it, and since when.
+
+    Read and written through the store (`QueueStore.suppressed`, `suppress`, ...), as the admin does.
+    """
+
+    #: the list's key: the local part as given, the domain lowercase A-label
+    address = models.CharField(max_length=320, unique=True)
+    reply_code = models.SmallIntegerField(null=True, blank=True)
+    reply_status = models.CharField(max_length=16, blank=True)
+    reply_text = models.TextField(blank=True)
+    #: µs since the epoch, as the queue's times
+    since = models.BigIntegerField()
+    #: the item whose attempt failed it; null when added by hand
+    item_id = models.UUIDField(null=True, blank=True)
+
+    class Meta:
+        db_table = "mailqueue_suppression"
+        verbose_name = "suppressed address"
+        verbose_name_plural = "suppression list"
+        # the list's order (newest first) and the prune's range
+        indexes = [models.Index(fields=["since", "address"], name="mailqueue_suppression_since")]
+
+    def __str__(self) -> str:
+        return self.address
+
+
 class DeliveryRecord(models.Model):
     """History: one row per final outcome (delivered, failed) and per deferral of a recipient.
 

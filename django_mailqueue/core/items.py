@@ -174,6 +174,19 @@ class RecipientOutcome:
 
 
 @dataclass(frozen=True, slots=True)
+class Suppression:
+    """An address on the suppression list: the permanent failure that put it there, and since when."""
+
+    #: the list's key: the local part as given, the domain lowercase A-label (`suppression.suppression_key`)
+    address: str
+    #: the reply that failed it (added by hand: code None, the status and the operator's words)
+    reply: Reply
+    since: datetime
+    #: the item whose attempt failed it; None when added by hand
+    item_id: uuid.UUID | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Completion:
     """What `complete` records for an attempt, in one step."""
 
@@ -188,6 +201,8 @@ class Completion:
     dsns: tuple[NewItem, ...] = ()
     #: when the attempt was recorded: the `created` of `dsns` (needed with them)
     now: datetime | None = None
+    #: addresses put on the suppression list by this outcome, in the same step (both or neither)
+    suppress: tuple[Suppression, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,7 @@ from ..core.items import (
     QueueItem,
     RecipientOutcome,
     Reply,
+    Suppression,
 )
 from ..core.shaping import MAX_KEY, Suspension
 from ..core.status import QueueSummary
@@ -52,6 +53,8 @@ class QueueStore(abc.ABC):
       is never recorded without its DSNs, nor a DSN added without its outcome.
       With `max_items` set, DSNs that would pass it refuse the whole completion
       (`FULL`, nothing recorded).
+    - `complete` puts the completion's `suppress` entries on the suppression list
+      in that same step: both or neither.
     - Times are given by the caller: a store keeps no clock.
     - Nothing a store returns is shared with what it keeps.
     - Text a store keeps holds no NUL and no lone surrogate, and an envelope
@@ -302,6 +305,41 @@ class QueueStore(abc.ABC):
     async def asummary(self, *, now: datetime) -> QueueSummary:
         return await self._in_thread(self.summary, now=now)
 
+    # --- the suppression list ------------------------------------------------------
+    # Keyed by `Suppression.address` as the caller gives it (`suppression.suppression_key`). An entry
+    # applies while its `since` is at or after the cut-off the caller gives (now - SUPPRESSION["DAYS"]).
+
+    @abc.abstractmethod
+    def suppressed(self, addresses: Sequence[str], *, since: datetime) -> dict[str, Suppression]:
+        """The entries of `addresses` put on the list at or after `since`, by address: one round trip for
+        them all (the worker asks once per claimed batch)."""
+
+    @abc.abstractmethod
+    def list_suppressed(
+        self, *, since: datetime, search: str | None = None, offset: int = 0, limit: int = 100
+    ) -> builtins.list[Suppression]:
+        """A page of the entries put on the list at or after `since`, the newest first, then by address;
+        `search`: a case-insensitive part of the address."""
+
+    @abc.abstractmethod
+    def count_suppressed(self, *, since: datetime, search: str | None = None) -> int:
+        """How many entries `list_suppressed` pages through."""
+
+    @abc.abstractmethod
+    def suppress(self, entries: Sequence[Suppression]) -> None:
+        """Put the entries on the list, in one step; an address listed already is replaced."""
+
+    @abc.abstractmethod
+    def unsuppress(self, addresses: Sequence[str]) -> int:
+        """Take the addresses off the list, in one step; how many were on it."""
+
+    @abc.abstractmethod
+    def prune_suppressed(self, *, before: datetime) -> int:
+        """Drop the entries put on the list before `before`; how many."""
+
+    async def asuppressed(self, addresses: Sequence[str], *, since: datetime) -> dict[str, Suppression]:
+        return await self._in_thread(self.suppressed, addresses, since=since)
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Let go of connections the store opened itself; closing twice is fine."""
 
@@ -455,6 +493,23 @@ def check_completion(completion: Completion) -> None:
             check_new_item(dsn)
         if len({dsn.id for dsn in completion.dsns}) != len(completion.dsns):
             raise QueueError(Code.INVALID, "a DSN id is given twice in the completion")
+    check_suppressions(completion.suppress)
+
+
+def check_suppressions(entries: Sequence[Suppression]) -> None:
+    """Refuse suppression entries no store may keep (`INVALID`); an address given twice is one too many."""
+    seen = set()
+    for entry in entries:
+        check_address(entry.address, "a suppressed address")
+        if entry.address in seen:
+            raise QueueError(Code.INVALID, f"the suppressed address {entry.address!r} is given twice")
+        seen.add(entry.address)
+        refuse_unkeepable(entry.reply.text, "a reply's text")
+        refuse_unkeepable(entry.reply.status, "a reply's status")
+        if len(entry.reply.status) > 16:
+            raise QueueError(Code.INVALID, "a reply's status must be at most 16 characters")
+        if entry.since.tzinfo is None:
+            raise QueueError(Code.INVALID, "a suppression's `since` must be an aware datetime")
 
 
 def check_outcome(outcome: RecipientOutcome) -> None:

@@ -22,6 +22,7 @@ from ..core.items import (
     QueueItem,
     Recipient,
     Reply,
+    Suppression,
     apply_completion,
     matches,
 )
@@ -35,6 +36,7 @@ from .base import (
     check_new_item,
     check_order,
     check_owner,
+    check_suppressions,
     check_suspend,
     check_take,
 )
@@ -59,6 +61,7 @@ class MemoryStore(QueueStore):
         #: token buckets: key -> (tokens, when last taken, in microseconds)
         self._buckets: dict[str, tuple[float, int]] = {}
         self._suspensions: dict[str, Suspension] = {}
+        self._suppressed: dict[str, Suppression] = {}
 
     # --- writing ------------------------------------------------------------------
 
@@ -156,6 +159,7 @@ class MemoryStore(QueueStore):
                 for dsn in completion.dsns:
                     self._insert(dsn, completion.now)
                 self._generation += 1
+            self._suppressed.update((entry.address, entry) for entry in completion.suppress)
             return recorded
 
     def reschedule(self, item_id: uuid.UUID, *, at: datetime, owner: str | None = None) -> bool:
@@ -267,6 +271,45 @@ class MemoryStore(QueueStore):
             items = [item for _, item in self._items.values()]
         found = sum(1 for item in items if query is None or matches(item, query))
         return found if limit is None else min(found, limit)
+
+    # --- the suppression list -------------------------------------------------------
+
+    def suppressed(self, addresses: Sequence[str], *, since: datetime) -> dict[str, Suppression]:
+        with self._lock:
+            found = (self._suppressed.get(address) for address in addresses)
+            return {entry.address: entry for entry in found if entry is not None and entry.since >= since}
+
+    def _listed(self, since: datetime, search: str | None) -> builtins.list[Suppression]:
+        needle = (search or "").lower()
+        with self._lock:
+            entries = builtins.list(self._suppressed.values())
+        return [e for e in entries if e.since >= since and needle in e.address.lower()]
+
+    def list_suppressed(
+        self, *, since: datetime, search: str | None = None, offset: int = 0, limit: int = 100
+    ) -> builtins.list[Suppression]:
+        entries = sorted(self._listed(since, search), key=lambda e: e.address)
+        entries.sort(key=lambda e: e.since, reverse=True)
+        return entries[max(offset, 0) : max(offset, 0) + max(limit, 0)]
+
+    def count_suppressed(self, *, since: datetime, search: str | None = None) -> int:
+        return len(self._listed(since, search))
+
+    def suppress(self, entries: Sequence[Suppression]) -> None:
+        check_suppressions(entries)
+        with self._lock:
+            self._suppressed.update((entry.address, entry) for entry in entries)
+
+    def unsuppress(self, addresses: Sequence[str]) -> int:
+        with self._lock:
+            return sum(1 for address in set(addresses) if self._suppressed.pop(address, None) is not None)
+
+    def prune_suppressed(self, *, before: datetime) -> int:
+        with self._lock:
+            old = [address for address, entry in self._suppressed.items() if entry.since < before]
+            for address in old:
+                del self._suppressed[address]
+            return len(old)
 
     # --- waking ---------------------------------------------------------------------
 

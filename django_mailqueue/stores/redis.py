@@ -37,11 +37,13 @@ from .redis_layout import (
     bytes_or_none,
     dump_recipients,
     item_args,
+    suppression_args,
     text,
     to_item,
     to_item_or_none,
 )
 from .redis_shaping import RedisShaping
+from .redis_suppression import RedisSuppressionList
 
 logger = logging.getLogger("django_mailqueue.stores.redis")
 
@@ -56,7 +58,7 @@ class _AddPlan:
     added: tuple[QueueItem, ...]
 
 
-class RedisStore(RedisShaping):
+class RedisStore(RedisSuppressionList, RedisShaping):
     """Items in Redis under `OPTIONS["key_prefix"]`, reached by `url` or a django-redis `cache` alias.
 
     Every write is one Lua script, which Redis runs whole, so claims are atomic
@@ -308,6 +310,7 @@ class RedisStore(RedisShaping):
             now_us = to_micros(completion.now)
             for dsn in completion.dsns:
                 args += item_args(dsn, as_added(dsn, completion.now, now_us), now_us)
+        args += suppression_args(completion.suppress)
         return after, args
 
     def _completed(self, item_id: uuid.UUID, owner: str, after: QueueItem, reply: Any) -> QueueItem | None:
@@ -322,7 +325,16 @@ class RedisStore(RedisShaping):
         return after
 
     def _complete_keys(self) -> builtins.list[str]:
-        return [self.keys.leases, self.keys.items, self.keys.queues, self.keys.seq, *self._marker()]
+        keys = self.keys
+        return [
+            keys.leases,
+            keys.items,
+            keys.queues,
+            keys.seq,
+            keys.suppressed,
+            keys.suppressed_by_time,
+            *self._marker(),
+        ]
 
     # A completion is two round trips, each retried on its own: the read, then the script with a
     # marker, so that a script retried after a lost answer finds it ran and answers as it did.

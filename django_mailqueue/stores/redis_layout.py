@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from ..core.clock import from_micros, to_micros
-from ..core.items import NewItem, QueueItem, Recipient, RecipientState, Reply
+from ..core.items import NewItem, QueueItem, Recipient, RecipientState, Reply, Suppression
 from . import redis_scripts as scripts
 
 #: What `<prefix>schema` holds: the layout of the keys below, version 1.
@@ -48,6 +48,16 @@ class Keys:
     def wakeup(self) -> str:
         """The pub/sub channel an add publishes to."""
         return f"{self.prefix}wakeup"
+
+    @property
+    def suppressed(self) -> str:
+        """The suppression list: a hash, address -> entry."""
+        return f"{self.prefix}suppressed"
+
+    @property
+    def suppressed_by_time(self) -> str:
+        """The suppression list's addresses, scored by minus their time (µs): the newest first."""
+        return f"{self.prefix}suppressed:by_time"
 
     def item(self, item_id: uuid.UUID | str) -> str:
         return f"{self.prefix}item:{item_id}"
@@ -130,6 +140,24 @@ def load_recipients(text: str) -> tuple[Recipient, ...]:
         Recipient(address, RecipientState(state), None if reply is None else Reply(*reply), remote)
         for address, state, reply, remote in json.loads(text)
     )
+
+
+def suppression_args(entries: Sequence[Suppression]) -> builtins.list[scripts.Arg]:
+    """m, then the 3 values store_suppressions.lua takes per entry: address, entry (JSON), minus its time."""
+    args: builtins.list[scripts.Arg] = [str(len(entries))]
+    for e in entries:
+        since = to_micros(e.since)
+        item = None if e.item_id is None else str(e.item_id)
+        entry = [e.reply.code, e.reply.status, e.reply.text, since, item]
+        args += [e.address, json.dumps(entry, ensure_ascii=False, separators=(",", ":")), str(-since)]
+    return args
+
+
+def load_suppression(address: str, raw: Any) -> Suppression:
+    """An entry from its JSON in the suppression hash."""
+    code, status, reply_text, since, item = json.loads(text(raw))
+    item_id = None if item is None else uuid.UUID(item)
+    return Suppression(address, Reply(code, status, reply_text), from_micros(since), item_id)
 
 
 def text(value: Any) -> str:

@@ -172,7 +172,7 @@ SCHEMA = LuaScript("schema")
 ADD = LuaScript("add", uses=["replay", "store_items"], wrote=_first_is_ok)
 CLAIM = LuaScript("claim", uses=["replay"])
 RENEW = LuaScript("renew")
-COMPLETE = LuaScript("complete", uses=["replay", "store_items"], wrote=lambda reply: reply == 1)
+COMPLETE = LuaScript("complete", uses=["replay", "store_items", "store_suppressions"], wrote=lambda reply: reply == 1)
 RESCHEDULE = LuaScript("reschedule", wrote=lambda reply: reply == 1)
 CANCEL = LuaScript("cancel")
 PAGE = LuaScript("page")
@@ -181,6 +181,7 @@ SUSPEND = LuaScript("suspend")
 SUSPENSIONS = LuaScript("suspensions")
 CLEAR_SUSPENSION = LuaScript("clear_suspension")
 DEFER_DESTINATION = LuaScript("defer_destination")
+SUPPRESSION = LuaScript("suppression", uses=["store_suppressions"], wrote=lambda reply: int(reply) > 0)
 
 ALL = (
     SCHEMA,
@@ -196,4 +197,5 @@ ALL = (
     SUSPENSIONS,
     CLEAR_SUSPENSION,
     DEFER_DESTINATION,
+    SUPPRESSION,
 )

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import pytest
 import redis
 
-from django_mailqueue.core.items import Completion, ItemOrder, ItemQuery, NewItem, QueueItem, Reply
+from django_mailqueue.core.items import Completion, ItemOrder, ItemQuery, NewItem, QueueItem, Reply, Suppression
 from django_mailqueue.core.shaping import Suspension
 from django_mailqueue.stores.base import QueueStore
 from django_mailqueue.stores.redis import RedisStore
@@ -215,6 +215,28 @@ class AsyncTwins(QueueStore):
 
     def defer_destination(self, domains: Sequence[str], *, until: datetime, now: datetime) -> int:
         return self.loop.call(self.inner.adefer_destination(domains, until=until, now=now))
+
+    def suppressed(self, addresses: Sequence[str], *, since: datetime) -> dict[str, Suppression]:
+        return self.loop.call(self.inner.asuppressed(addresses, since=since))
+
+    # the list's reading and editing have no async twins of their own (the admin and the commands are sync)
+
+    def list_suppressed(
+        self, *, since: datetime, search: str | None = None, offset: int = 0, limit: int = 100
+    ) -> list[Suppression]:
+        return self.inner.list_suppressed(since=since, search=search, offset=offset, limit=limit)
+
+    def count_suppressed(self, *, since: datetime, search: str | None = None) -> int:
+        return self.inner.count_suppressed(since=since, search=search)
+
+    def suppress(self, entries: Sequence[Suppression]) -> None:
+        self.inner.suppress(entries)
+
+    def unsuppress(self, addresses: Sequence[str]) -> int:
+        return self.inner.unsuppress(addresses)
+
+    def prune_suppressed(self, *, before: datetime) -> int:
+        return self.inner.prune_suppressed(before=before)
 
 
 class TestRedisStoreAsyncTwins(QueueStoreContract):

@@ -134,7 +134,7 @@ def test_the_revision_check_alone_never_records_twice(redis_url: str, prefix: st
     )
     assert call is not None
     keys = store._complete_keys()
-    assert len(keys) == 4  # no marker
+    assert len(keys) == 6  # no marker: leases, items, queues, seq and the suppression list's two keys
     assert store._do(lambda c: scripts.COMPLETE.run(c, keys, call[1])) == 1
     assert store._do(lambda c: scripts.COMPLETE.run(c, keys, call[1])) == 0
     stored = store.get(item.id)

@@ -1,11 +1,14 @@
--- complete.lua (after replay.lua and store_items.lua): record an attempt's outcome, add its DSNs and let go of the lease,
--- for the lease's owner at the revision it claimed — all or nothing.
+-- complete.lua (after replay.lua, store_items.lua and store_suppressions.lua): record an attempt's outcome,
+-- add its DSNs, put its addresses on the suppression list and let go of the lease, for the lease's owner at
+-- the revision it claimed — all or nothing.
 --
 -- KEYS[1]  <prefix>leases   sorted set, leased items
 -- KEYS[2]  <prefix>items    sorted set, every item by next attempt
 -- KEYS[3]  <prefix>queues   set, names of the queues whose ready set may hold items
 -- KEYS[4]  <prefix>seq      string, the counter that orders items (for the DSNs)
--- KEYS[5]  (when the store retries) the call's marker, <prefix>replay:<ms>:<token> (see replay.lua)
+-- KEYS[5]  <prefix>suppressed           hash, the suppression list's entries
+-- KEYS[6]  <prefix>suppressed:by_time   sorted set, its addresses by minus their time
+-- KEYS[7]  (when the store retries) the call's marker, <prefix>replay:<ms>:<token> (see replay.lua)
 -- ARGV[1]  the prefix (item keys, <prefix>message:<id>, <prefix>ready:<queue>,
 --          the wake-up channel <prefix>wakeup)
 -- ARGV[2]  item id
@@ -20,6 +23,7 @@
 -- ARGV[11] n, how many DSN items follow
 -- then, per DSN, the 10 values add.lua takes: id, queue, next attempt (µs), created (µs),
 --          sender, recipients (JSON), size, Message-ID, subject, message bytes
+-- then m, how many suppression entries follow, and per entry the 3 values store_suppressions takes
 --
 -- Returns 1 once recorded (or the item and its message dropped) and the DSNs added,
 -- 0 when the owner does not hold the lease at that revision, -1 when there is no
@@ -31,7 +35,7 @@
 local prefix, id = ARGV[1], ARGV[2]
 local n = tonumber(ARGV[11])
 local key = prefix .. 'item:' .. id
-if replayed(KEYS[5]) then
+if replayed(KEYS[7]) then
   return 1
 end
 local f = redis.call('HMGET', key, 'owner', 'rev', 'member', 'queue')
@@ -70,5 +74,7 @@ else
 end
 
 store_items(prefix, KEYS[4], KEYS[2], KEYS[3], 12, n)
-mark(KEYS[5], '1')
+local after_dsns = 12 + n * 10
+store_suppressions(KEYS[5], KEYS[6], after_dsns + 1, tonumber(ARGV[after_dsns]))
+mark(KEYS[7], '1')
 return 1

@@ -28,6 +28,7 @@ from ...core.items import (
     QueueItem,
     RecipientState,
     Reply,
+    Suppression,
 )
 from ...core.shaping import Suspension
 from ...core.status import QueueSummary
@@ -41,10 +42,11 @@ from ..base import (
     check_new_item,
     check_order,
     check_owner,
+    check_suppressions,
     check_suspend,
     check_take,
 )
-from . import shaping
+from . import shaping, suppression
 from .base import Dialect
 from .portable import PortableDialect, due, orm_recipients
 from .postgresql import PostgresDialect
@@ -284,12 +286,16 @@ class OrmStore(QueueStore):
             if plan.dropped:
                 dialect.drop(plan.dropped)
             dialect.write_back(list(plan.kept.values()), plan.changed)
+            suppressed: builtins.list[Suppression] = []
             for request, answer in zip(planned, plan.answers, strict=True):
-                # A completion's DSNs go in with its outcome, in this transaction: both or neither.
+                # A completion's DSNs and suppressions go in with its outcome, in this transaction: both or neither.
                 if request.completion.dsns and isinstance(answer, QueueItem):
                     now = request.completion.now
                     assert now is not None  # check_completion
                     dialect.add_rows(conn, request.completion.dsns, now, to_micros(now))
+                if isinstance(answer, QueueItem):
+                    suppressed += request.completion.suppress
+            suppression.write(self.alias, suppressed)
         if full is None:
             return plan.answers
         answers = iter(plan.answers)
@@ -501,6 +507,38 @@ class OrmStore(QueueStore):
             oldest = self._load(due(self.alias, None, now_us).order_by("next_attempt", "seq")[:1])
             summary.oldest_due = oldest[0][1] if oldest else None
         return summary
+
+    # --- the suppression list (stores/orm/suppression.py) ----------------------------------
+
+    def suppressed(self, addresses: Sequence[str], *, since: datetime) -> dict[str, Suppression]:
+        with self._errors():
+            return suppression.look_up(self.alias, addresses, to_micros(since))
+
+    def list_suppressed(
+        self, *, since: datetime, search: str | None = None, offset: int = 0, limit: int = 100
+    ) -> builtins.list[Suppression]:
+        with self._errors():
+            return suppression.page(self.alias, to_micros(since), search, offset, limit)
+
+    def count_suppressed(self, *, since: datetime, search: str | None = None) -> int:
+        with self._errors():
+            return suppression.count(self.alias, to_micros(since), search)
+
+    @_own_write
+    def suppress(self, entries: Sequence[Suppression]) -> None:
+        check_suppressions(entries)
+        with self._write():
+            suppression.write(self.alias, entries)
+
+    @_own_write
+    def unsuppress(self, addresses: Sequence[str]) -> int:
+        with self._write():
+            return suppression.remove(self.alias, addresses)
+
+    @_own_write
+    def prune_suppressed(self, *, before: datetime) -> int:
+        with self._write():
+            return suppression.prune(self.alias, to_micros(before))
 
     # --- waking ---------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ store of your own overrides `lose_message(store, item_id)`, else that test
 is skipped. Thread tests call `end_thread()` in each thread they start;
 the default closes Django's database connections. Each part of the contract
 is a class of its own (`Adding`, `Leasing`, `Completing`, `CompletingWithDsns`,
-`Reading`, `Shaping`), should a store want to run only some.
+`Reading`, `Shaping`, `Suppressing`), should a store want to run only some.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from .leasing import Leasing
 from .reading import Reading
 from .shaping import Shaping
 from .support import LATER, NO, OK, T0, ContractBase, StoreFactory, at, new_item, outcome
+from .suppression import Suppressing
 
 __all__ = [
     "LATER",
@@ -43,11 +44,12 @@ __all__ = [
     "Reading",
     "Shaping",
     "StoreFactory",
+    "Suppressing",
     "at",
     "new_item",
     "outcome",
 ]
 
 
-class QueueStoreContract(Adding, Leasing, Completing, CompletingWithDsns, Reading, Shaping):
+class QueueStoreContract(Adding, Leasing, Completing, CompletingWithDsns, Reading, Shaping, Suppressing):
     """The promises of `QueueStore`, checked against the store `make_store` builds."""
