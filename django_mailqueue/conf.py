@@ -22,6 +22,7 @@ from .routes import RelayRoute as RelayRoute
 from .routes import Route as Route
 from .routes import TlsMode as TlsMode
 from .routes import django_relay, parse_routes
+from .suppression import SuppressionSettings, parse_suppression
 from .validation import InvalidValueError, Validator
 
 #: The stores this package ships, by the path `STORE["BACKEND"]` names them.
@@ -91,6 +92,8 @@ class QueueSettings:
     dkim: Mapping[str, DkimEntry] = field(default_factory=dict)
     #: honour recipient domains' MTA-STS policies (RFC 8461) on "mx" routes
     mta_sts: bool = True
+    #: which permanent failures list an address, and for how long; None: no suppression list
+    suppression: SuppressionSettings | None = field(default_factory=SuppressionSettings)
     metrics_collector: bool = False
 
     def __post_init__(self) -> None:
@@ -391,6 +394,15 @@ KEYS: tuple[SettingKey, ...] = (
         True,
         rules.boolean,
         "honour recipient domains' MTA-STS policies (RFC 8461) on 'mx' routes; False: off",
+    ),
+    SettingKey(
+        "SUPPRESSION",
+        "suppression",
+        "mailqueue.E026",
+        {"STATUSES": ["5.1.1", "5.1.2", "5.1.10", "5.2.1"], "DAYS": 365},
+        parse_suppression,
+        "STATUSES: the permanent failures that put an address on the suppression list; DAYS: how long it stays; "
+        "None: no list",
     ),
     SettingKey(
         "METRICS_COLLECTOR",

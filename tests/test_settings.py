@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from io import StringIO
 from typing import Any
 
@@ -64,6 +65,19 @@ BAD_VALUES: dict[str, list[Any]] = {
     "DKIM": [[], {"example.com": {"SELECTOR": "mq1"}}, {"*": {"SELECTOR": "mq1", "PRIVATE_KEY": "/k.pem"}}],
     "MTA_STS": ["enforce", 1, None],
     "METRICS_COLLECTOR": ["yes", 1, None],
+    "SUPPRESSION": [
+        "5.1.1",
+        [],
+        {"STATUSES": "5.1.1"},
+        {"STATUSES": ["4.2.2"]},
+        {"STATUSES": ["5.1"]},
+        {"STATUSES": [511]},
+        {"DAYS": 0},
+        {"DAYS": 1.5},
+        {"DAYS": True},
+        {"DAYS": 36501},
+        {"KEEP": 3},
+    ],
 }
 
 
@@ -116,6 +130,16 @@ def test_defaults() -> None:
     # ROUTES absent: Django's SMTP backend's relay, from Django's own defaults
     assert parsed.route_for("anything.example") == RelayRoute(host="localhost", port=25, tls="none")
     assert load_settings({"ROUTES": None}) == parsed
+
+
+def test_the_suppression_setting_takes_either_key_and_none_turns_it_off() -> None:
+    default = load_settings({}).suppression
+    assert default is not None and default.days == 365
+    assert default.statuses == {"5.1.1", "5.1.2", "5.1.10", "5.2.1"}
+    assert load_settings({"SUPPRESSION": None}).suppression is None
+    assert load_settings({"SUPPRESSION": {"DAYS": 30}}).suppression == replace(default, days=30)
+    only = load_settings({"SUPPRESSION": {"STATUSES": ["5.7.1"]}}).suppression
+    assert only is not None and only.statuses == {"5.7.1"} and only.days == 365
 
 
 def test_routes_are_parsed_and_the_password_is_not_shown() -> None:

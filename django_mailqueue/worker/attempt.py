@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
-from ..core.items import QueueItem
+from ..core.items import QueueItem, Suppression
 
 if TYPE_CHECKING:
     from ..delivery import AttemptResult
@@ -38,6 +38,9 @@ class Attempt:
     lease_expires: datetime | None = None
     #: the SMTP part is over and its slot free: the outcome is being recorded
     recording: bool = False
+    #: pending recipients on the suppression list, as claimed (worker/suppression.py); None: not known,
+    #: the look-up failed
+    listed: dict[str, Suppression] | None = field(default_factory=dict)
 
 
 @dataclass

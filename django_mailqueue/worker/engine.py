@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from .. import signals
 from ..conf import QueueSettings
@@ -37,9 +37,7 @@ from .events import Event, tell
 from .flow import RECORD_LINGER, Flow
 from .log_limit import LogLimit
 from .record import AttemptOutcome, Record, decide, message_lost, reclaimed_too_often
-
-if TYPE_CHECKING:
-    pass
+from .suppression import NOTHING_TRIED, listed_outcomes, look_up
 
 logger = logging.getLogger("django_mailqueue")
 
@@ -207,6 +205,8 @@ class Worker:
             self.stats.claimed += 1
             self._held[attempt.item.id] = attempt
             self._waiting.append(attempt)
+        if (unknown := await look_up(self.store, attempts, self.settings.suppression, now=now)) is not None:
+            await self._error(unknown, None)  # the suppression list could not be read: the attempts wait
         small = [a for a in attempts if a.item.size <= PREFETCH_SIZE]
         if small:
             try:
@@ -357,6 +357,9 @@ class Worker:
             headers = self._end_delivery_keeping_headers(attempt, outcomes, original)
             await self._record(attempt, AttemptOutcome(outcomes, headers=headers))
             return
+        if attempt.listed is None:  # the suppression look-up failed (and was told): try again a little later
+            await self._give_back_later(attempt, seconds=1.0)
+            return
         try:
             message = attempt.message if attempt.prefetched else await self.store.aread_message(item.id)
             gone = message is None and await self.store.aget(item.id) is None
@@ -371,16 +374,20 @@ class Worker:
             self._end_delivery(attempt)
             await self._record(attempt, AttemptOutcome(outcomes, message_lost=True))
             return
-        result = await self.deliverer.deliver(item.sender, [r.address for r in pending], message)
-        headers = self._end_delivery_keeping_headers(attempt, result.outcomes, message)
+        listed = attempt.listed  # on the suppression list: failed at once, not tried
+        unlisted = [r.address for r in pending if r.address not in listed]
+        result = await self.deliverer.deliver(item.sender, unlisted, message) if unlisted else NOTHING_TRIED
+        outcomes = (*listed_outcomes(listed), *result.outcomes)
+        headers = self._end_delivery_keeping_headers(attempt, outcomes, message)
         del message
         await self._record(
             attempt,
             AttemptOutcome(
-                tuple(result.outcomes),
+                outcomes,
                 possibly_delivered=result.possibly_delivered,
                 errors=tuple(result.errors),
                 headers=headers,
+                listed=frozenset(listed),
             ),
         )
 

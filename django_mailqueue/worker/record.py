@@ -14,6 +14,7 @@ from ..conf import QueueSettings
 from ..core.errors import Code, QueueError
 from ..core.items import Completion, NewItem, QueueItem, Recipient, RecipientOutcome, RecipientState, Reply
 from ..history import HistoryEntry
+from ..suppression import entries_for
 from .dsn import DsnKind, DsnReport, build_dsn
 from .events import Event
 from .retries import delay_warning_due, expired, next_attempt_after, retry_until
@@ -32,6 +33,8 @@ class AttemptOutcome:
     headers: bytes | None = None
     #: the store held the item but not its message: every pending recipient failed with 5.3.0
     message_lost: bool = False
+    #: recipients the suppression list failed (not tried): not listed again
+    listed: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -119,8 +122,9 @@ def decide(
     item: QueueItem, outcome: AttemptOutcome, settings: QueueSettings, *, now: datetime, rng: random.Random
 ) -> Record:
     """What `outcome` means for `item` at `now`: pending recipients fail past `MAX_LIFETIME`, the next
-    attempt follows the retry schedule, and DSNs are due for recipients newly failed (and, once, for
-    those still pending after `DELAY_WARNING`)."""
+    attempt follows the retry schedule, DSNs are due for recipients newly failed (and, once, for
+    those still pending after `DELAY_WARNING`), and those failed with a status of `SUPPRESSION` go on
+    the suppression list."""
     number = item.attempts + 1
     outcomes = outcome.outcomes
     if expired(settings, created=item.created, now=now):
@@ -151,6 +155,7 @@ def decide(
         delay_warned=warn,
         dsns=tuple(note.item for note in dsns),
         now=now if dsns else None,
+        suppress=entries_for(item, decided, settings.suppression, now=now, listed=outcome.listed),
     )
     problems = list(outcome.errors)
     if outcome.message_lost:

@@ -14,7 +14,8 @@ import pytest
 from django_mailqueue import signals
 from django_mailqueue.conf import load_settings
 from django_mailqueue.core.clock import FakeClock
-from django_mailqueue.core.items import NewItem, RecipientState
+from django_mailqueue.core.errors import Code, QueueError
+from django_mailqueue.core.items import NewItem, RecipientState, Suppression
 from django_mailqueue.stores.memory import MemoryStore
 from django_mailqueue.testing.damage import lose_message
 from django_mailqueue.testing.fakes import DELIVERED, GREYLISTED, REJECTED, ScriptedDeliverer
@@ -454,3 +455,55 @@ async def test_held_items_stay_bounded_however_slow_the_record() -> None:
         store.release.set()
     stats = await asyncio.wait_for(run, 5)
     assert stats.delivered == 40
+
+
+# --- the suppression list ----------------------------------------------------------------------------
+
+
+async def test_a_listed_recipient_fails_without_a_delivery_call_and_a_5_1_1_lists_the_next(
+    recorder: Recorder, clock: FakeClock
+) -> None:
+    store = MemoryStore()
+    store.suppress([Suppression("gone@example.org", REJECTED, clock.now(), None)])
+    add(store, clock, recipients=("Gone@EXAMPLE.org",))
+    add(store, clock, recipients=("gone@example.org", "new-gone@example.org", "fine@example.org"))
+    deliverer = ScriptedDeliverer(script={"new-gone@example.org": [REJECTED]})
+    await make_worker(store, clock, deliverer, DSN=False).run()
+    # the local part keeps its case: Gone@ is another address than gone@, and is tried
+    assert sorted(call.recipients for call in deliverer.calls) == [
+        ("Gone@EXAMPLE.org",),
+        ("new-gone@example.org", "fine@example.org"),
+    ]
+    failed = [kwargs for name, kwargs in recorder.events if name == "failed"]
+    assert {f["recipient"]: f["reply"].code for f in failed} == {"gone@example.org": None, "new-gone@example.org": 550}
+    listed = store.suppressed(["gone@example.org", "new-gone@example.org"], since=clock.now() - timedelta(days=1))
+    assert listed["new-gone@example.org"].reply == REJECTED and listed["gone@example.org"].item_id is None
+
+
+class LookUpFailsOnce(MemoryStore):
+    """A memory store whose first suppression look-up finds the store out of reach."""
+
+    failed = False
+
+    def suppressed(self, addresses: Any, *, since: Any) -> Any:
+        if not self.failed:
+            self.failed = True
+            raise QueueError(Code.STORE_UNAVAILABLE, "the store is out of reach")
+        return super().suppressed(addresses, since=since)
+
+
+async def test_a_failed_look_up_is_told_and_the_item_waits_rather_than_mail_a_listed_address(
+    recorder: Recorder, clock: FakeClock
+) -> None:
+    store = LookUpFailsOnce()
+    store.suppress([Suppression("gone@example.org", REJECTED, clock.now(), None)])
+    add(store, clock, recipients=("gone@example.org", "fine@example.org"))
+    deliverer = ScriptedDeliverer()
+    await make_worker(store, clock, deliverer).run()
+    assert deliverer.calls == [] and recorder.names() == ["error"]
+    (item,) = store.list()
+    assert item.attempts == 0 and item.owner is None and item.next_attempt == clock.now() + timedelta(seconds=1)
+    clock.advance(1)
+    await make_worker(store, clock, deliverer, DSN=False).run()
+    assert [call.recipients for call in deliverer.calls] == [("fine@example.org",)]
+    assert recorder.names()[1:] == ["failed", "delivered"]

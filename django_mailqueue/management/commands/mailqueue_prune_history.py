@@ -1,20 +1,25 @@
-"""`manage.py mailqueue_prune_history`: delete delivery history older than `HISTORY_DAYS`, in batches."""
+"""`manage.py mailqueue_prune_history`: delete delivery history older than `HISTORY_DAYS`, in batches, and
+the suppression list's entries older than `SUPPRESSION["DAYS"]`."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
 from ...conf import get_settings
 from ...core.clock import SystemClock
+from ...core.errors import QueueError
 from ...history import history_alias, prune
 from ...stores import get_store
 
 
 class Command(BaseCommand):
-    help = "Delete delivery history records older than MAILQUEUE['HISTORY_DAYS'] days (0: all of them)."
+    help = (
+        "Delete delivery history records older than MAILQUEUE['HISTORY_DAYS'] days (0: all of them), and "
+        "suppression list entries older than MAILQUEUE['SUPPRESSION']['DAYS']."
+    )
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--days", type=int, default=None, help="keep this many days instead of HISTORY_DAYS")
@@ -26,7 +31,16 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        days = options["days"] if options["days"] is not None else get_settings().history_days
+        settings, now = get_settings(), SystemClock().now()
+        days = options["days"] if options["days"] is not None else settings.history_days
         alias = options["database"] or history_alias(get_store())
-        removed = prune(days=days, now=SystemClock().now(), batch=max(1, options["batch"]), alias=alias)
+        removed = prune(days=days, now=now, batch=max(1, options["batch"]), alias=alias)
         self.stdout.write(f"mailqueue: {removed} history records older than {days} days deleted")
+        rule = settings.suppression
+        if rule is None:
+            return  # no list: what it holds stays, for when it is turned on again
+        try:
+            pruned = get_store().prune_suppressed(before=rule.cut_off(now))
+        except QueueError as exc:
+            raise CommandError(str(exc)) from None
+        self.stdout.write(f"mailqueue: {pruned} suppression list entries older than {rule.days} days deleted")
