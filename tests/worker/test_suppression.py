@@ -1,5 +1,5 @@
 """The suppression list at work: a 550 5.1.1 lists the address, the next message to it fails at once with no
-connection to its MX, and once it is taken off the list the next one goes through — on every store; the
+connection to its MX, and once it is removed in the admin the next one goes through — on every store; the
 look-up is one statement (one Redis command) per claimed batch."""
 
 from __future__ import annotations
@@ -15,10 +15,12 @@ from typing import Any
 
 import pytest
 import redis
+from django.contrib.auth.models import User
 from django.core.mail import send_mail
 from django.core.management import call_command
 from django.db.backends.signals import connection_created
-from django.test import override_settings
+from django.test import Client, override_settings
+from django.urls import reverse
 
 from django_mailqueue.core.clock import SystemClock
 from django_mailqueue.core.items import Reply, Suppression
@@ -31,6 +33,8 @@ from tests.support.smtp_server import ServerPool, SmtpServer
 from tests.worker.conftest import MailWorld, SignalRecorder
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=DATABASES)
+SUPPRESSION_LIST = "admin:django_mailqueue_suppressedaddress_changelist"
+SUPPRESSION_REMOVE = "admin:django_mailqueue_suppressedaddress_remove"
 
 
 @dataclass
@@ -96,8 +100,17 @@ def test_a_5_1_1_lists_the_address_and_the_next_message_fails_without_a_connecti
         again = get_store().suppressed(["unknown@dest.test"], since=entry.since)
         assert again == {"unknown@dest.test": entry}
 
-        # Taken off the list (the mailbox exists now), the next message is tried and delivered.
-        assert get_store().unsuppress(["unknown@dest.test"]) == 1
+        # Removed in the admin (the mailbox exists now), the next message is tried and delivered.
+        admin = User.objects.create_superuser("admin", "admin@site.test", "x")
+        client = Client(enforce_csrf_checks=True)
+        client.force_login(admin)
+        token = str(client.get(reverse(SUPPRESSION_LIST)).context["csrf_token"])
+        removed = client.post(
+            reverse(SUPPRESSION_REMOVE),
+            {"address": ["unknown@dest.test"], "confirm": "yes", "csrfmiddlewaretoken": token},
+        )
+        assert removed.status_code == 302
+        assert get_store().suppressed(["unknown@dest.test"], since=entry.since) == {}
         dest.handler.rcpt_replies.clear()
         dest.recorder.reset()
         send_mail("Third", "Body.\n", "sender@origin.test", ["unknown@dest.test"])
