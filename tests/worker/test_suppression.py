@@ -73,7 +73,15 @@ def test_a_5_1_1_lists_the_address_and_the_next_message_fails_without_a_connecti
         entry = listed["unknown@dest.test"]
         assert entry.reply == Reply(550, "5.1.1", "No such user here") and entry.item_id == first.id
 
-        # The domain in another case is the same address; the next message fails at once.
+        # The next message to it alone fails at once: its MX sees no connection at all.
+        dest.recorder.reset()
+        send_mail("Alone", "Body.\n", "sender@origin.test", ["unknown@dest.test"])
+        work_once()
+        assert dest.connections == 0 and get_store().count() == 0
+        assert [f["recipient"] for f in received.of("failed")] == ["unknown@dest.test", "unknown@dest.test"]
+        assert received.of("failed")[1]["reply"].code is None
+
+        # The domain in another case is the same address; the other recipient is delivered as usual.
         dest.recorder.reset()
         origin.recorder.reset()
         received.events.clear()
