@@ -215,6 +215,9 @@ class DeliveryRecord(models.Model):
         indexes = [
             models.Index(fields=["state", "recorded"], name="mailqueue_history_state"),
             models.Index(fields=["domain", "recorded"], name="mailqueue_history_domain"),
+            # the admin's queue and "possibly delivered" filters, in its order (the latter partial: few rows)
+            models.Index(fields=["queue", "recorded"], name="mailqueue_history_queue"),
+            models.Index(fields=["recorded"], name="mailqueue_history_possibly", condition=Q(possibly_delivered=True)),
         ]
 
     def __str__(self) -> str:

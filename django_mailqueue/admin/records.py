@@ -6,11 +6,13 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
-from django.contrib.admin.views.main import ChangeList
-from django.db.models import QuerySet
+from django.contrib.admin.views.main import ERROR_FLAG, PAGE_VAR, ChangeList
+from django.core.paginator import Paginator
+from django.db.models import Field, QuerySet
 from django.http import HttpRequest
 from django.urls import URLPattern, reverse
 from django.utils.formats import date_format
+from django.utils.functional import cached_property
 from django.utils.html import format_html
 from django.utils.timezone import localtime
 
@@ -21,13 +23,64 @@ from ..stores import get_store
 from .headers import secure_urls
 from .listing import id_prefix, wrappable
 
+#: Records are counted to this many past the page shown (10 pages), never all of them: "more than 1,000".
+COUNT_AHEAD = 1_000
 #: Set on each record of a list page: whether its item is still in the queue (then its id links to it).
 _PRESENT = "_mq_item_present"
 
 if TYPE_CHECKING:
     _ModelAdmin = admin.ModelAdmin[DeliveryRecord]
-else:  # ModelAdmin is generic only in django-stubs
+    _Paginator = Paginator[DeliveryRecord]
+else:  # ModelAdmin and Paginator are generic only in django-stubs
     _ModelAdmin = admin.ModelAdmin
+    _Paginator = Paginator
+
+
+class BoundedPaginator(_Paginator):
+    """Counts the records only up to `bound` (a `COUNT` over a `LIMIT`ed subquery): `more` past it."""
+
+    def __init__(self, object_list: Any, per_page: int, *, bound: int, **kwargs: Any) -> None:
+        super().__init__(object_list, per_page, **kwargs)
+        self.bound = bound
+
+    @cached_property
+    def count(self) -> int:
+        records: QuerySet[DeliveryRecord] = self.object_list  # type: ignore[assignment]
+        return records[: self.bound + 1].count()
+
+    @property
+    def more(self) -> bool:
+        return self.count > self.bound
+
+
+class TextFilter(admin.FieldListFilter):
+    """A field's value typed in a box, matched exactly: no list of every value, which Django's filter reads
+    with a `SELECT DISTINCT` over the whole history."""
+
+    template = "django_mailqueue/admin/text_filter.html"
+
+    def __init__(
+        self, field: Field[Any, Any], request: HttpRequest, params: Any, model: Any, model_admin: Any, field_path: str
+    ) -> None:
+        self.value = request.GET.get(field_path, "")
+        self.others = [
+            (name, value)
+            for name, values in request.GET.lists()
+            for value in values
+            if name not in (field_path, PAGE_VAR, ERROR_FLAG)
+        ]
+        super().__init__(field, request, params, model, model_admin, field_path)
+
+    def expected_parameters(self) -> list[str | None]:
+        return [self.field_path]
+
+    def choices(self, changelist: ChangeList) -> Any:
+        yield {
+            "name": self.field_path,
+            "value": self.value,
+            "others": self.others,
+            "clear_url": changelist.get_query_string(remove=[self.field_path]),
+        }
 
 
 class DeliveryRecordAdmin(_ModelAdmin):
@@ -39,8 +92,8 @@ class DeliveryRecordAdmin(_ModelAdmin):
     list_filter = (
         "state",
         ("recorded", admin.DateFieldListFilter),
-        "queue",
-        "domain",
+        ("queue", TextFilter),
+        ("domain", TextFilter),
         "possibly_delivered",
     )
     search_fields = ("recipient", "sender", "message_id")
@@ -49,7 +102,7 @@ class DeliveryRecordAdmin(_ModelAdmin):
         "or an item's id (its first 8 characters or more)."
     )
     list_per_page = 100
-    # the history can be long: no count of every row on each page
+    # the history can be long: no count of every row on each page, only to a bound (`get_paginator`)
     show_full_result_count = False
     actions = None
     fields = (
@@ -72,6 +125,27 @@ class DeliveryRecordAdmin(_ModelAdmin):
 
     def get_urls(self) -> list[URLPattern]:
         return secure_urls(super().get_urls())
+
+    def get_paginator(
+        self,
+        request: HttpRequest,
+        queryset: QuerySet[DeliveryRecord],
+        per_page: int,
+        orphans: int = 0,
+        allow_empty_first_page: bool = True,
+    ) -> BoundedPaginator:
+        """A paginator counting to `COUNT_AHEAD` records past the page asked for: the pages up to it are linked."""
+        try:
+            page = max(1, int(request.GET.get(PAGE_VAR, "1")))
+        except ValueError:
+            page = 1
+        return BoundedPaginator(
+            queryset,
+            per_page,
+            bound=page * per_page + COUNT_AHEAD,
+            orphans=orphans,
+            allow_empty_first_page=allow_empty_first_page,
+        )
 
     def get_changelist_instance(self, request: HttpRequest) -> ChangeList:
         """The page's records, each told whether its item is still queued (one `get` per item on the page)."""

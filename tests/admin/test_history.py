@@ -10,9 +10,12 @@ from typing import Any
 import pytest
 from django.core.mail import send_mail
 from django.core.management import call_command
+from django.db import connection
 from django.test import Client, override_settings
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
+from django_mailqueue.admin.records import COUNT_AHEAD, DeliveryRecordAdmin
 from django_mailqueue.models import DeliveryRecord
 from django_mailqueue.stores import get_store
 from tests.admin.conftest import ORM_STORE
@@ -134,3 +137,40 @@ def test_history_days_zero_keeps_none(settings: Any) -> None:
         record(now - timedelta(days=days, seconds=1), f"r{days}@dest.test")
     call_command("mailqueue_prune_history", stdout=StringIO())
     assert not DeliveryRecord.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_long_history_is_counted_only_to_a_bound_and_its_filters_list_no_values(admin_client: Client) -> None:
+    now = datetime.now(UTC)
+    DeliveryRecord.objects.bulk_create(
+        DeliveryRecord(
+            item_id="6f1c5e5e-0000-4000-8000-000000000000",
+            recipient=f"r{n}@{'rare' if n == 7 else 'dest'}.test",
+            domain="rare.test" if n == 7 else "dest.test",
+            queue="bulk" if n % 2 else "default",
+            state="delivered",
+            attempt=1,
+            recorded=now - timedelta(seconds=n),
+        )
+        for n in range(COUNT_AHEAD + 250)
+    )
+    with CaptureQueriesContext(connection) as captured:
+        page = admin_client.get(reverse(HISTORY)).content.decode()
+    bound = DeliveryRecordAdmin.list_per_page + COUNT_AHEAD
+    assert f"more than {bound} delivery records" in page
+    history = [q["sql"] for q in captured.captured_queries if "mailqueue_history" in q["sql"]]
+    assert history and all("DISTINCT" not in sql for sql in history), history
+    counts = [sql for sql in history if "COUNT(" in sql]
+    assert counts and all("LIMIT" in sql for sql in counts), counts
+    # a page further on counts further
+    assert f"more than {bound + 100}" in admin_client.get(reverse(HISTORY), {"p": "2"}).content.decode()
+    # the last page, counted whole: the count is exact once the bound is not reached
+    last = admin_client.get(reverse(HISTORY), {"p": "13"}).content.decode()
+    assert f"{COUNT_AHEAD + 250} delivery records" in last and "more than" not in last
+    # the queue and domain filters: a box to type a value in, kept with the others
+    filtered = admin_client.get(reverse(HISTORY), {"domain": "rare.test", "state__exact": "delivered"})
+    html = filtered.content.decode()
+    assert "1 delivery record" in html and 'name="domain" value="rare.test"' in html
+    assert '<input type="hidden" name="state__exact" value="delivered">' in html
+    assert recipients(admin_client, queue="default", domain="rare.test") == set()
+    assert recipients(admin_client, queue="bulk", domain="rare.test") == {"r7@rare.test"}

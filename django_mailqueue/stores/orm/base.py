@@ -98,6 +98,12 @@ class Dialect(abc.ABC):
     def read_messages(self, item_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, bytes]:
         """The messages of the items that have one."""
 
+    def search_candidates(self, search: str, bound: int) -> list[int] | None:
+        """The seqs of the items whose sender, subject or a recipient's address holds `search` (any case), read
+        from indexes, when there are at most `bound` of them; None when there are more, or no index serves the
+        search: the store then tests it row by row, on the rows its other filters and its order read."""
+        return None
+
     async def await_added(self, timeout: float) -> bool:
         """Wait up to `timeout` seconds for an add; True if one came. This one sleeps: the worker polls."""
         await asyncio.sleep(timeout)

@@ -22,6 +22,7 @@ from ..base import READ_CHUNK
 from .base import HandWritten
 from .pg_binding import binary_cursor
 from .pg_listen import PgListener
+from .pg_search import MIN_INDEXED, escape_like, trigram_indexes_present
 from .portable import PortableDialect
 from .rows import ItemRow, RecipientRow, added_values, as_added
 from .statements import statement, with_rows
@@ -49,6 +50,8 @@ class PostgresDialect(HandWritten, PortableDialect):
     def __init__(self, alias: str, threads: DatabaseThreads) -> None:
         super().__init__(alias, threads)
         self._listener: PgListener | None = None
+        #: whether the trigram indexes exist (asked once)
+        self._trigram: bool | None = None
 
     def cursor(self) -> AbstractContextManager[CursorWrapper]:
         return binary_cursor(self.connection)
@@ -177,6 +180,30 @@ class PostgresDialect(HandWritten, PortableDialect):
                     else:
                         found[item_id] = b"".join(parts)
         return found
+
+    def search_candidates(self, search: str, bound: int) -> builtins.list[int] | None:
+        """Two bounded reads of the trigram indexes (recipients' addresses; senders and subjects)."""
+        if len(search) < MIN_INDEXED:
+            return None
+        conn = self.connection
+        if self._trigram is None:
+            self._trigram = trigram_indexes_present(conn)
+        if not self._trigram:
+            return None
+        pattern = f"%{escape_like(search)}%"
+        found: set[int] = set()
+        with conn.cursor() as cursor:
+            searches: tuple[tuple[str, builtins.list[str | int]], ...] = (
+                ("search_recipients", [pattern, bound + 1]),
+                ("search_items", [pattern, pattern, bound + 1]),
+            )
+            for name, params in searches:
+                cursor.execute(statement(self.name, name), params)
+                rows = cursor.fetchall()
+                if len(rows) > bound:
+                    return None
+                found.update(row[0] for row in rows)
+        return sorted(found) if len(found) <= bound else None
 
     async def await_added(self, timeout: float) -> bool:
         if self._listener is None:

@@ -17,6 +17,7 @@ from ...core.items import (
     ItemState,
     QueueItem,
     RecipientState,
+    matches,
 )
 from ...stores.base import QueueStore
 from .support import LATER, T0, ContractBase, at, new_item, outcome
@@ -153,6 +154,19 @@ class Reading(ContractBase):
                 found = {i.id for i in store.list(ItemQuery(id_prefix=prefix), limit=100)}
                 assert found == {i.id for i in (invoice, other, dsn) if i.id.hex.startswith(prefix)}
                 assert store.count(ItemQuery(id_prefix=prefix)) == len(found)
+
+    def test_search_is_a_literal_part_of_any_case(self, store: QueueStore) -> None:
+        items = [
+            store.add(new_item(["a_b@under.example"], subject="100% off"), now=T0),
+            store.add(new_item(["axb@plain.example"], subject="snake_case and 100 off"), now=T0),
+            store.add(new_item(["back\\slash@odd.example"], sender="Boss@Corp.example"), now=T0),
+            store.add(new_item(["ann@alpha.example", "bob@beta.example"], subject="Weekly report"), now=T0),
+        ]
+        for search in ("_", "a_b", "%", "100%", "\\", "x", "ab", "bo", "CORP.EX", "eta.exa", "weekly REP", "zzz"):
+            expected = {i.id for i in items if matches(i, ItemQuery(search=search))}
+            assert {i.id for i in store.list(ItemQuery(search=search), limit=100)} == expected, search
+            assert store.count(ItemQuery(search=search)) == len(expected), search
+        assert {i.id for i in store.list(ItemQuery(search="a_b"))} == {items[0].id}
 
     def test_list_gives_each_order_it_names(self, store: QueueStore) -> None:
         first = store.add(new_item(not_before=at(30)), now=T0).id

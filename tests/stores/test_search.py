@@ -1,0 +1,82 @@
+"""The queue's search on PostgreSQL: trigram indexes where pg_trgm is allowed, read first; rows tested otherwise."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from django.apps import apps
+from django.db import connections
+from django.db.migrations.state import ProjectState
+
+from django_mailqueue.core.clock import FakeClock
+from django_mailqueue.core.items import ItemQuery, ItemState, matches
+from django_mailqueue.stores.orm import OrmStore
+from django_mailqueue.stores.orm import store as store_module
+from django_mailqueue.stores.orm.pg_search import TRIGRAM_INDEXES, TrigramSearchIndexes, trigram_indexes_present
+from django_mailqueue.testing.contract.support import T0, new_item
+from tests.support.databases import DATABASES
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(databases=DATABASES)]
+
+SEARCHES = ("ann.smith@gmail", "SMITH", "gmail.com", "@rare.example", "invoice", "Invoice 42", "noreply@", "zz9")
+
+
+def fill(store: OrmStore) -> list:  # type: ignore[type-arg]
+    items = [
+        new_item([f"ann.smith{n}@gmail.com", f"bob{n}@{'rare' if n == 3 else 'mail'}.example"], subject=f"Invoice {n}")
+        for n in range(12)
+    ]
+    items += [new_item(["carl@other.example"], sender="noreply@shop.example", subject="Your order")]
+    return store.add_many(items, now=T0)
+
+
+def test_the_migration_made_the_trigram_indexes_and_the_search_reads_them(pg_alias: str) -> None:
+    store = OrmStore({"database": pg_alias})
+    assert trigram_indexes_present(connections[pg_alias])
+    added = fill(store)
+    assert store.dialect.search_candidates("rare.example", 100) is not None
+    assert store.dialect.search_candidates("ab", 100) is None  # too short for a trigram: the rows are read
+    assert store.dialect.search_candidates("gmail.com", 5) is None  # more than the bound
+    for search in SEARCHES:
+        expected = {i.id for i in added if matches(i, ItemQuery(search=search))}
+        assert {i.id for i in store.list(ItemQuery(search=search), limit=100)} == expected, search
+        assert store.count(ItemQuery(search=search)) == len(expected), search
+
+
+def test_a_search_matching_more_than_the_bound_is_tested_on_each_row(
+    pg_alias: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = OrmStore({"database": pg_alias})
+    added = fill(store)
+    monkeypatch.setattr(store_module, "SEARCH_BOUND", 2)
+    now = FakeClock(T0).now()
+    for search in SEARCHES:
+        for query in (ItemQuery(search=search), ItemQuery(search=search, state=ItemState.DUE, now=now)):
+            expected = [i.id for i in added if matches(i, query)]
+            assert [i.id for i in store.list(query, limit=100)] == expected, search
+            assert [i.id for i in store.list(query, offset=1, limit=3)] == expected[1:4], search
+
+
+def test_without_the_right_to_create_pg_trgm_the_migration_goes_on_and_search_reads_rows(
+    pg_alias: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    conn = connections[pg_alias]
+    with conn.cursor() as cursor:  # undone with the test's transaction
+        cursor.execute("DROP EXTENSION pg_trgm CASCADE")
+        cursor.execute("CREATE ROLE mailqueue_no_extensions NOLOGIN")
+        cursor.execute("SET LOCAL ROLE mailqueue_no_extensions")
+    state = ProjectState.from_apps(apps)
+    with caplog.at_level(logging.WARNING, "django_mailqueue.migrations"), conn.schema_editor() as editor:
+        TrigramSearchIndexes().database_forwards("django_mailqueue", editor, state, state)
+    assert "pg_trgm could not be created" in caplog.text and "permission denied" in caplog.text
+    with conn.cursor() as cursor:
+        cursor.execute("RESET ROLE")
+        cursor.execute("SELECT count(*) FROM pg_indexes WHERE indexname = ANY(%s)", [list(TRIGRAM_INDEXES)])
+        assert cursor.fetchone() == (0,)
+    store = OrmStore({"database": pg_alias})
+    added = fill(store)
+    assert store.dialect.search_candidates("rare.example", 100) is None
+    for search in SEARCHES:
+        expected = {i.id for i in added if matches(i, ItemQuery(search=search))}
+        assert {i.id for i in store.list(ItemQuery(search=search), limit=100)} == expected, search
