@@ -9,6 +9,7 @@ Redis and memory stores.
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -63,6 +64,7 @@ from .listing import (
     ORDERS,
     QUEUE_PARAM,
     SEARCH_PARAM,
+    TOTAL_BOUND,
     ListParams,
     Total,
     span,
@@ -483,39 +485,43 @@ class QueueAdmin(_ModelAdmin):
 
     def overview_view(self, request: HttpRequest) -> HttpResponse:
         """Counts by state and queue, the oldest due item, deferred mail by domain, suspended destinations,
-        outcomes per hour."""
+        outcomes per hour: each count to a bound, never a read of the whole queue (`QueueStore.overview`)."""
         self._require_view(request)
         now = self.clock.now()
         store = get_store()
         summary = None
         suspended = []
         try:
-            summary = store.summary(now=now)
+            summary = store.overview(now=now, bound=TOTAL_BOUND)
             suspended = store.suspensions(now=now)
         except QueueError as exc:
             self.message_user(request, f"The queue could not be read: {exc}", messages.ERROR)
         states = [state.value for state in ItemState]
+
+        def total(count: int) -> Total:
+            return Total(min(count, TOTAL_BOUND), count > TOTAL_BOUND)
+
+        def queue_row(name: str, counts: Counter[str]) -> dict[str, Any]:
+            cells = [total(counts.get(s, 0)) for s in states]
+            whole = Total(sum(cell.count for cell in cells), any(cell.more for cell in cells))
+            return {"name": name, "url": _list_url(self, queue=name), "counts": cells, "total": whole}
+
         context = self._context(
             request,
             "Mail queue overview",
             now=now,
             summary=summary,
+            total=total(summary.total) if summary else None,
             states=states,
             state_counts=[
-                {"state": s, "count": summary.by_state.get(s, 0) if summary else 0, "url": _list_url(self, state=s)}
+                {
+                    "state": s,
+                    "count": total(summary.by_state.get(s, 0) if summary else 0),
+                    "url": _list_url(self, state=s),
+                }
                 for s in states
             ],
-            queues=[
-                {
-                    "name": name,
-                    "url": _list_url(self, queue=name),
-                    "counts": [counts.get(s, 0) for s in states],
-                    "total": sum(counts.values()),
-                }
-                for name, counts in sorted(summary.by_queue.items())
-            ]
-            if summary
-            else [],
+            queues=[queue_row(name, counts) for name, counts in sorted(summary.by_queue.items())] if summary else [],
             domains=[
                 {"domain": domain, "count": count, "url": _list_url(self, state="deferred", domain=domain)}
                 for domain, count in summary.deferred_by_domain.most_common(25)

@@ -21,6 +21,10 @@ class QueueSummary:
     #: pending recipients of deferred items, by recipient domain
     deferred_by_domain: Counter[str] = field(default_factory=Counter)
     oldest_due: QueueItem | None = None
+    #: counted only this far (`QueueStore.overview`): a count above it means "more than `bound`"; None: exact
+    bound: int | None = None
+    #: `deferred_by_domain` is of the first this many deferred items only, in the list's order; None: of all
+    domain_sample: int | None = None
 
     def count(self, item: QueueItem) -> None:
         state = item.state_at(self.now).value

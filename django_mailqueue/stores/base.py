@@ -6,6 +6,7 @@ import abc
 import asyncio
 import builtins
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
@@ -16,9 +17,11 @@ from ..core.items import (
     Completion,
     ItemOrder,
     ItemQuery,
+    ItemState,
     NewItem,
     QueueItem,
     RecipientOutcome,
+    RecipientState,
     Reply,
     Suppression,
 )
@@ -27,6 +30,11 @@ from ..core.status import QueueSummary
 from ..core.text import refuse_controls, refuse_line_breaks, refuse_unkeepable
 
 _T = TypeVar("_T")
+
+#: The overview names at most this many queues.
+OVERVIEW_QUEUES = 50
+#: The overview's deferred recipients by domain are those of at most this many deferred items.
+OVERVIEW_DOMAIN_SAMPLE = 1_000
 
 #: A message larger than this is read in slices of this size (ORM on PostgreSQL, Redis): a driver
 #: holds a whole reply before handing it over (docs/performance.md, "Memory with 10 MiB messages").
@@ -300,6 +308,44 @@ class QueueStore(abc.ABC):
             for item in page:
                 summary.count(item)
             offset += len(page)
+        return summary
+
+    def queues(self, *, limit: int = OVERVIEW_QUEUES) -> builtins.list[str]:
+        """The names of the queues that hold items, sorted, at most `limit`.
+
+        The default walks the items; a store answers from an index where it has one.
+        """
+        names: set[str] = set()
+        for item in self.iter_items():
+            names.add(item.queue)
+        return sorted(names)[:limit]
+
+    def overview(self, *, now: datetime, bound: int) -> QueueSummary:
+        """The summary from bounded reads, whatever the queue's size (the admin's overview).
+
+        Each count stops past `bound` (`summary.bound`: above it means "more than"); the queues are the
+        first `OVERVIEW_QUEUES`; the deferred recipients by domain are those of the first
+        `OVERVIEW_DOMAIN_SAMPLE` deferred items in the list's order (`summary.domain_sample` when there
+        are more). Reads only through `count`, `list` and `queues`: as cheap as their indexes.
+        """
+        summary = QueueSummary(now=now, bound=bound)
+        summary.total = self.count(limit=bound + 1)
+        for state in ItemState:
+            summary.by_state[state.value] = self.count(ItemQuery(state=state, now=now), limit=bound + 1)
+        for queue in self.queues():
+            summary.by_queue[queue] = Counter(
+                {s.value: self.count(ItemQuery(queue=queue, state=s, now=now), limit=bound + 1) for s in ItemState}
+            )
+        deferred = self.list(ItemQuery(state=ItemState.DEFERRED, now=now), limit=OVERVIEW_DOMAIN_SAMPLE + 1)
+        if len(deferred) > OVERVIEW_DOMAIN_SAMPLE:
+            summary.domain_sample = OVERVIEW_DOMAIN_SAMPLE
+        for item in deferred[:OVERVIEW_DOMAIN_SAMPLE]:
+            summary.deferred_by_domain.update(r.domain for r in item.recipients if r.state is RecipientState.PENDING)
+        firsts = [
+            *self.list(ItemQuery(state=ItemState.DUE, now=now), limit=1),
+            *(item for item in deferred[:1] if item.next_attempt <= now),
+        ]
+        summary.oldest_due = min(firsts, key=lambda item: (item.next_attempt, item.created), default=None)
         return summary
 
     async def asummary(self, *, now: datetime) -> QueueSummary:

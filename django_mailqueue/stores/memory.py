@@ -28,6 +28,7 @@ from ..core.items import (
 )
 from ..core.shaping import Suspension, forgotten, next_suspension, take_from_bucket
 from .base import (
+    OVERVIEW_QUEUES,
     QueueStore,
     check_aware,
     check_completion,
@@ -271,6 +272,10 @@ class MemoryStore(QueueStore):
             items = [item for _, item in self._items.values()]
         found = sum(1 for item in items if query is None or matches(item, query))
         return found if limit is None else min(found, limit)
+
+    def queues(self, *, limit: int = OVERVIEW_QUEUES) -> builtins.list[str]:
+        with self._lock:
+            return sorted({item.queue for _, item in self._items.values()})[:limit]
 
     # --- the suppression list -------------------------------------------------------
 

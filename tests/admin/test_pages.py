@@ -223,6 +223,20 @@ def test_the_overview_counts_the_queue(operator_client: Client, queue: Queue) ->
     assert "<svg" in html and "Outcomes per hour" in html
 
 
+def test_the_overview_counts_only_to_a_bound(
+    operator_client: Client, queue: Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import django_mailqueue.admin.queue as queue_admin
+    import django_mailqueue.stores.base as store_base
+
+    monkeypatch.setattr(queue_admin, "TOTAL_BOUND", 3)
+    monkeypatch.setattr(store_base, "OVERVIEW_DOMAIN_SAMPLE", 1)
+    html = operator_client.get(reverse(OVERVIEW)).content.decode()
+    assert 'id="mq-total">more than 3<' in html and 'id="mq-count-due">more than 3<' in html
+    assert 'id="mq-count-scheduled">2<' in html and 'id="mq-count-leased">1<' in html
+    assert "Of the first 1 deferred items, by next attempt." in html
+
+
 def test_the_admin_index_lists_the_queue_and_the_history(operator_client: Client, db: None) -> None:
     html = operator_client.get(reverse("admin:index")).content.decode()
     assert reverse(LIST) in html and reverse("admin:django_mailqueue_deliveryrecord_changelist") in html

@@ -98,6 +98,10 @@ class Dialect(abc.ABC):
     def read_messages(self, item_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, bytes]:
         """The messages of the items that have one."""
 
+    @abc.abstractmethod
+    def queue_names(self, limit: int) -> list[str]:
+        """The names of the queues holding items, sorted, at most `limit`."""
+
     def search_candidates(self, search: str, bound: int) -> list[int] | None:
         """The seqs of the items whose sender, subject or a recipient's address holds `search` (any case), read
         from indexes, when there are at most `bound` of them; None when there are more, or no index serves the
@@ -144,6 +148,12 @@ class HandWritten:
                 statement(self.name, "take_tokens"), [name, rate, burst, float(burst), min(want, burst), now_us]
             )
             return int(cursor.fetchone()[0])
+
+    def queue_names(self, limit: int) -> list[str]:
+        """A loose scan of the queue index: a `min()` per name, not a read of every item."""
+        with self.cursor() as cursor:
+            cursor.execute(statement(self.name, "queues"), [limit])
+            return [row[0] for row in cursor.fetchall()]
 
     def write_back(self, items: Sequence[tuple[Any, ...]], recipients: Sequence[tuple[Any, ...]]) -> None:
         with self.cursor() as cursor:

@@ -107,6 +107,10 @@ class PortableDialect(Dialect):
         )
         return list(items.filter(seq__in=taken).values_list(*ITEM_FIELDS))
 
+    def queue_names(self, limit: int) -> list[str]:
+        items = QueuedItem.objects.using(self.alias).order_by("queue")
+        return list(items.values_list("queue", flat=True).distinct()[:limit])
+
     def read(self, item_ids: Sequence[uuid.UUID]) -> list[ItemRow]:
         return list(self._items(item_ids).values_list(*ITEM_FIELDS))
 

@@ -34,6 +34,7 @@ from ...core.shaping import Suspension
 from ...core.status import QueueSummary
 from ...models import QueuedItem, QueuedRecipient, QueueLock
 from ..base import (
+    OVERVIEW_QUEUES,
     QueueStore,
     check_aware,
     check_completion,
@@ -473,6 +474,10 @@ class OrmStore(QueueStore):
             seq, last = page[-1]
             next_us = to_micros(last.next_attempt)
             after = Q(next_attempt__gt=next_us) | Q(next_attempt=next_us, seq__gt=seq)
+
+    def queues(self, *, limit: int = OVERVIEW_QUEUES) -> builtins.list[str]:
+        with self._errors():
+            return self.dialect.queue_names(limit)
 
     def summary(self, *, now: datetime) -> QueueSummary:
         """Aggregate queries: one per part of the summary, whatever the queue's size."""

@@ -168,6 +168,41 @@ class Reading(ContractBase):
             assert store.count(ItemQuery(search=search)) == len(expected), search
         assert {i.id for i in store.list(ItemQuery(search="a_b"))} == {items[0].id}
 
+    def test_the_overview_is_the_summary_counted_to_a_bound(self, store: QueueStore) -> None:
+        for n in range(3):
+            store.add(new_item([f"r{n}@alpha.example"], queue="bulk"), now=T0)
+        store.add(new_item(["s@beta.example"], not_before=at(1000)), now=T0)
+        deferred = store.add(new_item(["p@gamma.example", "q@Gamma.example", "d@delta.example"]), now=at(1))
+        leased = store.add(new_item(["l@alpha.example"], queue="bulk"), now=at(2))
+        taken = {i.id: i for i in store.claim(owner="w", now=at(10), lease_expires=at(60), limit=10)}
+        store.complete(
+            deferred.id,
+            owner="w",
+            revision=taken[deferred.id].revision,
+            completion=Completion(
+                (
+                    outcome("p@gamma.example", RecipientState.PENDING, LATER),
+                    outcome("q@Gamma.example", RecipientState.PENDING, LATER),
+                    outcome("d@delta.example", RecipientState.DELIVERED),
+                ),
+                next_attempt=at(5),
+            ),
+        )
+        for item_id in taken:
+            if item_id not in (deferred.id, leased.id):
+                store.reschedule(item_id, at=T0, owner="w")
+        now = at(20)
+        exact = store.summary(now=now)
+        assert exact.by_state["leased"] == 1 and exact.by_state["deferred"] == 1 and exact.total == 6
+        assert store.queues() == ["bulk", "default"] and store.queues(limit=1) == ["bulk"]
+        roomy = store.overview(now=now, bound=100)
+        assert (roomy.total, roomy.by_state, roomy.by_queue) == (exact.total, exact.by_state, exact.by_queue)
+        assert roomy.deferred_by_domain == exact.deferred_by_domain == {"gamma.example": 2}
+        assert roomy.oldest_due == exact.oldest_due and roomy.bound == 100 and roomy.domain_sample is None
+        tight = store.overview(now=now, bound=1)
+        assert tight.total == 2 and tight.by_state["due"] == 2 and tight.by_state["leased"] == 1
+        assert tight.by_queue["bulk"]["due"] == 2 and tight.by_queue["bulk"]["leased"] == 1
+
     def test_list_gives_each_order_it_names(self, store: QueueStore) -> None:
         first = store.add(new_item(not_before=at(30)), now=T0).id
         second = store.add(new_item(not_before=at(10)), now=at(1)).id
