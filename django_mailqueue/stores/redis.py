@@ -28,7 +28,7 @@ from ..core.items import (
 from . import redis_connection as conn
 from . import redis_scripts as scripts
 from . import redis_sentinel as sentinel
-from .base import READ_CHUNK, check_completion, check_new_item, check_order, check_owner
+from .base import OVERVIEW_QUEUES, READ_CHUNK, check_completion, check_new_item, check_order, check_owner
 from .redis_clients import AsyncClient, RedisClients, SyncClient, T
 from .redis_layout import (
     LAYOUT_VERSION,
@@ -73,8 +73,8 @@ class RedisStore(RedisSuppressionList, RedisShaping):
     supports_transactional_add = False
     #: the items sorted set gives the next-attempt order either way; no key orders the items by age
     orders = frozenset({ItemOrder.NEXT_ATTEMPT, ItemOrder.NEXT_ATTEMPT_DESC})
-    #: a filter reads the items (no key indexes states, queues or domains): only the total of all is cheap
-    bounded_counts = False
+    #: the state, queue and domain filters read sorted sets the scripts keep (select.lua)
+    bounded_counts = True
 
     def __init__(self, options: Mapping[str, Any] | None = None, *, max_items: int | None = None) -> None:
         super().__init__(options, max_items=max_items)
@@ -519,6 +519,31 @@ class RedisStore(RedisSuppressionList, RedisShaping):
         total, page = self._do(lambda client: scripts.PAGE.run(client, [self.keys.items], args))
         return int(total), [to_item(raw) for raw in page]
 
+    def _select(
+        self, query: ItemQuery, *, offset: int, limit: int, reverse: bool = False, count: bool = False, start: str = ""
+    ) -> Any:
+        """select.lua: the items passing the query's state, queue and domain filters, from their indexes."""
+        if query.state is not None and query.now is None:
+            raise ValueError("a state filter needs `now`")
+        args: builtins.list[scripts.Arg] = [
+            self.key_prefix,
+            str(to_micros(query.now)) if query.now is not None else "0",
+            query.state.value if query.state is not None else "",
+            query.queue or "",
+            query.domain.lower() if query.domain is not None else "",
+            str(offset),
+            str(limit),
+            "1" if reverse else "",
+            "count" if count else "list",
+            start,
+        ]
+        return self._do(lambda client: scripts.SELECT.run(client, [self.keys.items, self.keys.leases], args))
+
+    @staticmethod
+    def _indexed(query: ItemQuery) -> bool:
+        """Every filter of the query is an index's: no search, no id prefix."""
+        return not query.search and query.id_prefix is None
+
     def list(
         self,
         query: ItemQuery | None = None,
@@ -534,8 +559,10 @@ class RedisStore(RedisSuppressionList, RedisShaping):
         reverse = order is ItemOrder.NEXT_ATTEMPT_DESC
         if query is None or query.unfiltered:
             return self._page(offset, limit, reverse=reverse)[1]
+        if self._indexed(query):
+            return [to_item(raw) for raw in self._select(query, offset=offset, limit=limit, reverse=reverse)[1]]
         found: builtins.list[QueueItem] = []
-        for page in self._pages(reverse=reverse):  # the items before `offset` are counted, not kept
+        for page in self._candidates(query, reverse=reverse):  # the items before `offset` are counted, not kept
             for item in page:
                 if not matches(item, query):
                     continue
@@ -551,8 +578,10 @@ class RedisStore(RedisSuppressionList, RedisShaping):
         if query is None or query.unfiltered:
             total = int(self._do(lambda client: client.execute_command("ZCARD", self.keys.items)))
             return total if limit is None else min(total, limit)
+        if self._indexed(query):
+            return int(self._select(query, offset=0, limit=limit if limit is not None else 2**62, count=True))
         found = 0
-        for page in self._pages():  # stops once `limit` items passed
+        for page in self._candidates(query):  # stops once `limit` items passed
             for item in page:
                 if matches(item, query):
                     found += 1
@@ -562,11 +591,43 @@ class RedisStore(RedisSuppressionList, RedisShaping):
 
     def iter_items(self, query: ItemQuery | None = None, *, batch: int = 500) -> Iterator[QueueItem]:
         """One pass over the list order, filtered here: `list` with a query scans from the first rank each call."""
-        for page in self._pages(batch):
-            yield from (item for item in page if query is None or matches(item, query))
+        if query is None or query.unfiltered:
+            for page in self._pages(batch):
+                yield from page
+            return
+        for page in self._candidates(query, batch):
+            yield from (item for item in page if matches(item, query))
+
+    def queues(self, *, limit: int = OVERVIEW_QUEUES) -> builtins.list[str]:
+        """The names ever added (`queue_names`) whose queue set holds items."""
+
+        def work(client: SyncClient[bytes]) -> builtins.list[str]:
+            names = sorted(text(name) for name in client.execute_command("SMEMBERS", self.keys.queue_names))
+            pipe = client.pipeline(transaction=False)
+            for name in names:
+                pipe.execute_command("EXISTS", self.keys.queue(name))  # type: ignore[no-untyped-call]
+            return [name for name, held in zip(names, pipe.execute(), strict=True) if held][:limit]
+
+        return self._do(work)
+
+    def _candidates(
+        self, query: ItemQuery, size: int = SCAN_PAGE, *, reverse: bool = False
+    ) -> Iterator[builtins.list[QueueItem]]:
+        """Pages of the items passing the query's indexed filters, in list order, for a search or an id prefix
+        to be tested on: every item when it has no such filter."""
+        if not (query.state or query.queue is not None or query.domain is not None):
+            yield from self._pages(size, reverse=reverse)
+            return
+        start = ""
+        while True:
+            rank, page = self._select(query, offset=0, limit=size, reverse=reverse, start=start)
+            yield [to_item(raw) for raw in page]
+            if int(rank) < 0 or len(page) < size:
+                return
+            start = str(int(rank))
 
     def _pages(self, size: int = SCAN_PAGE, *, reverse: bool = False) -> Iterator[builtins.list[QueueItem]]:
-        """Every item, `size` at a time, in list order: for the filters, which Redis cannot index."""
+        """Every item, `size` at a time, in list order."""
         first = 0
         while True:
             total, page = self._page(first, size, reverse=reverse)

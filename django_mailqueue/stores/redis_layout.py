@@ -85,6 +85,26 @@ class Keys:
         """A call's marker (see lua/replay.lua): its name gives how long it lives."""
         return f"{self.prefix}replay:{lifetime_ms}:{token}"
 
+    # the admin's indexes (store_items.lua keeps them)
+
+    @property
+    def queue_names(self) -> str:
+        """Every queue name an item was added with (`queues()` keeps those whose `queue` set exists)."""
+        return f"{self.prefix}queue_names"
+
+    def queue(self, queue: str) -> str:
+        return f"{self.prefix}queue:{queue}"
+
+    def domain(self, domain: str) -> str:
+        return f"{self.prefix}domain:{domain}"
+
+    @property
+    def tried(self) -> str:
+        return f"{self.prefix}tried"
+
+    def tried_in(self, queue: str) -> str:
+        return f"{self.prefix}tried:{queue}"
+
 
 def as_added(new: NewItem, now: datetime, now_us: int) -> QueueItem:
     """The item as `add` stores it, its times in whole microseconds as Redis keeps them."""
@@ -103,7 +123,7 @@ def as_added(new: NewItem, now: datetime, now_us: int) -> QueueItem:
 
 
 def item_args(new: NewItem, item: QueueItem, now_us: int) -> builtins.list[scripts.Arg]:
-    """The 10 values add.lua and complete.lua take per item they store."""
+    """The 11 values add.lua and complete.lua take per item they store."""
     return [
         str(new.id),
         new.queue,
@@ -115,7 +135,47 @@ def item_args(new: NewItem, item: QueueItem, now_us: int) -> builtins.list[scrip
         new.message_id,
         new.subject,
         bytes(new.message),
+        domains(item.recipients),
     ]
+
+
+def domains(recipients: Sequence[Recipient]) -> str:
+    """The recipients' domains as the item's hash keeps them (`domains`): distinct, space-separated. An
+    address holds no space (`check_address`), nor then does its domain."""
+    return " ".join(dict.fromkeys(r.domain for r in recipients if r.domain))
+
+
+def seed_commands(keys: Keys, item: QueueItem, seq: int, message: bytes) -> builtins.list[tuple[scripts.Arg, ...]]:
+    """The commands that write `item` (with sequence number `seq`) as the scripts would have: for loading a
+    big queue fast (bench/admin_seed.py) — store_items.lua, claim.lua and complete.lua are the reference."""
+    member = f"{seq:016d}:{item.id}"
+    due = str(to_micros(item.next_attempt))
+    fields: builtins.list[scripts.Arg] = [
+        "id", str(item.id), "member", member, "queue", item.queue, "next", due,
+        "created", str(to_micros(item.created)), "sender", item.sender, "rcpts", dump_recipients(item.recipients),
+        "size", str(item.size), "mid", item.message_id, "subject", item.subject,
+        "domains", domains(item.recipients), "attempts", str(item.attempts), "rev", str(item.revision),
+        "reclaims", str(item.reclaims), "delay", "1" if item.delay_warned else "0",
+    ]  # fmt: skip
+    commands: builtins.list[tuple[scripts.Arg, ...]] = []
+    if item.owner is not None and item.lease_expires is not None:
+        expires = to_micros(item.lease_expires)
+        fields += ["owner", item.owner, "expires", str(expires)]
+        commands.append(("ZADD", keys.leases, str(max(expires, to_micros(item.next_attempt))), member))
+    else:
+        commands.append(("ZADD", keys.ready(item.queue), due, member))
+    commands += [
+        ("HSET", keys.item(item.id), *fields),
+        ("SET", keys.message(item.id), message),
+        ("ZADD", keys.items, due, member),
+        ("SADD", keys.queues, item.queue),
+        ("SADD", keys.queue_names, item.queue),
+        ("ZADD", keys.queue(item.queue), due, member),
+        *(("ZADD", keys.domain(domain), due, member) for domain in domains(item.recipients).split()),
+    ]
+    if item.attempts:
+        commands += [("ZADD", keys.tried, due, member), ("ZADD", keys.tried_in(item.queue), due, member)]
+    return commands
 
 
 def dump_recipients(recipients: Sequence[Recipient]) -> str:

@@ -173,15 +173,16 @@ ADD = LuaScript("add", uses=["replay", "store_items"], wrote=_first_is_ok)
 CLAIM = LuaScript("claim", uses=["replay"])
 RENEW = LuaScript("renew")
 COMPLETE = LuaScript("complete", uses=["replay", "store_items", "store_suppressions"], wrote=lambda reply: reply == 1)
-RESCHEDULE = LuaScript("reschedule", wrote=lambda reply: reply == 1)
-CANCEL = LuaScript("cancel")
+RESCHEDULE = LuaScript("reschedule", uses=["store_items"], wrote=lambda reply: reply == 1)
+CANCEL = LuaScript("cancel", uses=["store_items"])
 PAGE = LuaScript("page")
 TAKE_TOKENS = LuaScript("take_tokens")
 SUSPEND = LuaScript("suspend")
 SUSPENSIONS = LuaScript("suspensions")
 CLEAR_SUSPENSION = LuaScript("clear_suspension")
-DEFER_DESTINATION = LuaScript("defer_destination")
+DEFER_DESTINATION = LuaScript("defer_destination", uses=["store_items"])
 SUPPRESSION = LuaScript("suppression", uses=["store_suppressions"], wrote=lambda reply: int(reply) > 0)
+SELECT = LuaScript("select")
 
 ALL = (
     SCHEMA,
@@ -198,4 +199,5 @@ ALL = (
     CLEAR_SUSPENSION,
     DEFER_DESTINATION,
     SUPPRESSION,
+    SELECT,
 )

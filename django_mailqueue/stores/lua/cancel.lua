@@ -1,4 +1,4 @@
--- cancel.lua: drop an item and its message, leased or not.
+-- cancel.lua (after store_items.lua): drop an item and its message, leased or not.
 --
 -- KEYS[1]  <prefix>leases   sorted set, leased items
 -- KEYS[2]  <prefix>items    sorted set, every item by next attempt
@@ -14,12 +14,13 @@ if #fields == 0 then
   redis.call('DEL', prefix .. 'message:' .. id)
   return false
 end
-local f = redis.call('HMGET', key, 'member', 'queue')
+local f = redis.call('HMGET', key, 'member', 'queue', 'domains')
 if f[1] then
   redis.call('ZREM', KEYS[1], f[1])
   redis.call('ZREM', KEYS[2], f[1])
   if f[2] then
     redis.call('ZREM', prefix .. 'ready:' .. f[2], f[1])
+    unindex_item(prefix, f[1], f[2], f[3])
   end
 end
 redis.call('DEL', key, prefix .. 'message:' .. id)

@@ -21,8 +21,8 @@
 -- ARGV[9]  delay warned ('0' or '1'; '' with 'drop')
 -- ARGV[10] MAX_ITEMS, or '' for no bound (checked only when DSNs follow)
 -- ARGV[11] n, how many DSN items follow
--- then, per DSN, the 10 values add.lua takes: id, queue, next attempt (µs), created (µs),
---          sender, recipients (JSON), size, Message-ID, subject, message bytes
+-- then, per DSN, the 11 values add.lua takes: id, queue, next attempt (µs), created (µs),
+--          sender, recipients (JSON), size, Message-ID, subject, message bytes, domains
 -- then m, how many suppression entries follow, and per entry the 3 values store_suppressions takes
 --
 -- Returns 1 once recorded (or the item and its message dropped) and the DSNs added,
@@ -38,7 +38,7 @@ local key = prefix .. 'item:' .. id
 if replayed(KEYS[7]) then
   return 1
 end
-local f = redis.call('HMGET', key, 'owner', 'rev', 'member', 'queue')
+local f = redis.call('HMGET', key, 'owner', 'rev', 'member', 'queue', 'domains')
 if not f[3] then
   return -1
 end
@@ -62,6 +62,7 @@ redis.call('ZREM', KEYS[1], member)
 if ARGV[5] == 'drop' then
   redis.call('ZREM', KEYS[2], member)
   redis.call('ZREM', prefix .. 'ready:' .. queue, member)
+  unindex_item(prefix, member, queue, f[5])
   redis.call('DEL', key, prefix .. 'message:' .. id)
 else
   local due = ARGV[7]
@@ -71,10 +72,11 @@ else
   redis.call('ZADD', KEYS[2], due, member)
   redis.call('ZADD', prefix .. 'ready:' .. queue, due, member)
   redis.call('SADD', KEYS[3], queue)
+  index_item(prefix, member, queue, f[5] or '', due, ARGV[8] ~= '0')
 end
 
 store_items(prefix, KEYS[4], KEYS[2], KEYS[3], 12, n)
-local after_dsns = 12 + n * 10
+local after_dsns = 12 + n * STRIDE  -- store_items.lua: the values per item
 store_suppressions(KEYS[5], KEYS[6], after_dsns + 1, tonumber(ARGV[after_dsns]))
 mark(KEYS[7], '1')
 return 1

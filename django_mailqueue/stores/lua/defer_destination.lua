@@ -1,4 +1,5 @@
--- defer_destination.lua: move the items waiting for a suspended destination to the suspension's end.
+-- defer_destination.lua (after store_items.lua): move the items waiting for a suspended destination to the
+-- suspension's end.
 --
 -- KEYS[1]  <prefix>leases   sorted set, leased items by when they become claimable again
 -- KEYS[2]  <prefix>items    sorted set, every item by next attempt
@@ -43,12 +44,13 @@ for i = 5, 4 + n do
     if not seen[member] then
       seen[member] = true
       local key = prefix .. 'item:' .. string.sub(member, 18)
-      local f = redis.call('HMGET', key, 'owner', 'expires', 'queue', 'rcpts', 'next')
+      local f = redis.call('HMGET', key, 'owner', 'expires', 'queue', 'rcpts', 'next', 'domains', 'attempts')
       local leased = f[1] and tonumber(f[2]) > now
       if f[3] and not leased and tonumber(f[5]) < due_n and only_at_domains(f[4]) then
         redis.call('HSET', key, 'next', due)
         redis.call('HINCRBY', key, 'rev', 1)
         redis.call('ZADD', KEYS[2], due, member)
+        index_item(prefix, member, f[3], f[6] or '', due, f[7] ~= '0')
         if f[1] then -- an expired lease: claimable again at the later of its expiry and until
           local score = due
           if tonumber(f[2]) > due_n then

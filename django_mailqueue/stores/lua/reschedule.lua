@@ -1,4 +1,4 @@
--- reschedule.lua: move an item's next attempt.
+-- reschedule.lua (after store_items.lua): move an item's next attempt.
 --
 -- KEYS[1]  <prefix>leases   sorted set, leased items by when they become claimable again
 -- KEYS[2]  <prefix>items    sorted set, every item by next attempt
@@ -14,7 +14,7 @@
 -- Returns 1 when moved, 0 when there is no such item or the owner does not hold it.
 local prefix, id, due, owner = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local key = prefix .. 'item:' .. id
-local f = redis.call('HMGET', key, 'owner', 'expires', 'member', 'queue')
+local f = redis.call('HMGET', key, 'owner', 'expires', 'member', 'queue', 'domains', 'attempts')
 local member, queue = f[3], f[4]
 if not member then
   return 0
@@ -29,6 +29,7 @@ if owner ~= '' then
 end
 redis.call('HSET', key, 'next', due)
 redis.call('ZADD', KEYS[2], due, member)
+index_item(prefix, member, queue, f[5] or '', due, f[6] ~= '0')
 if f[1] then
   local score = f[2]
   if tonumber(due) > tonumber(f[2]) then

@@ -1,11 +1,15 @@
 -- store_items.lua: put before add.lua and complete.lua (`LuaScript(..., uses=...)`): how a script
--- checks and stores new items, each given as 10 values from ARGV[first] on: id, queue, next
--- attempt (µs), created (µs), sender, recipients (JSON), size, Message-ID, subject, message bytes.
+-- checks and stores new items, each given as 11 values from ARGV[first] on: id, queue, next
+-- attempt (µs), created (µs), sender, recipients (JSON), size, Message-ID, subject, message bytes,
+-- the recipients' domains (lowercase, distinct, space-separated); and how an item enters and leaves
+-- the admin's indexes (docs/redis.md, "The keys").
+
+local STRIDE = 11
 
 -- The id of the first of the n items already queued, or nil.
 local function queued_already(prefix, first, n)
   for i = 0, n - 1 do
-    local id = ARGV[first + i * 10]
+    local id = ARGV[first + i * STRIDE]
     if redis.call('EXISTS', prefix .. 'item:' .. id) == 1 then
       return id
     end
@@ -13,21 +17,45 @@ local function queued_already(prefix, first, n)
   return nil
 end
 
+-- The admin's indexes of an item (docs/redis.md): its queue's, each recipient domain's, and while tried the
+-- tried sets, every one scored by the next attempt. `tried` is the item's attempts > 0.
+local function index_item(prefix, member, queue, domains, due, tried)
+  redis.call('ZADD', prefix .. 'queue:' .. queue, due, member)
+  for domain in string.gmatch(domains, '%S+') do
+    redis.call('ZADD', prefix .. 'domain:' .. domain, due, member)
+  end
+  if tried then
+    redis.call('ZADD', prefix .. 'tried', due, member)
+    redis.call('ZADD', prefix .. 'tried:' .. queue, due, member)
+  end
+end
+
+local function unindex_item(prefix, member, queue, domains)
+  redis.call('ZREM', prefix .. 'queue:' .. queue, member)
+  for domain in string.gmatch(domains or '', '%S+') do
+    redis.call('ZREM', prefix .. 'domain:' .. domain, member)
+  end
+  redis.call('ZREM', prefix .. 'tried', member)
+  redis.call('ZREM', prefix .. 'tried:' .. queue, member)
+end
+
 -- Store the n items with their messages, due in their queues' ready sets.
 local function store_items(prefix, seq_key, items_key, queues_key, first, n)
   for i = 0, n - 1 do
-    local base = first + i * 10
+    local base = first + i * STRIDE
     local id, queue, due = ARGV[base], ARGV[base + 1], ARGV[base + 2]
     local member = string.format('%016d', redis.call('INCR', seq_key)) .. ':' .. id
     redis.call('HSET', prefix .. 'item:' .. id,
       'id', id, 'member', member, 'queue', queue, 'next', due, 'created', ARGV[base + 3],
       'sender', ARGV[base + 4], 'rcpts', ARGV[base + 5], 'size', ARGV[base + 6],
-      'mid', ARGV[base + 7], 'subject', ARGV[base + 8],
+      'mid', ARGV[base + 7], 'subject', ARGV[base + 8], 'domains', ARGV[base + 10],
       'attempts', 0, 'rev', 0, 'reclaims', 0, 'delay', 0)
     redis.call('SET', prefix .. 'message:' .. id, ARGV[base + 9])
     redis.call('ZADD', items_key, due, member)
     redis.call('ZADD', prefix .. 'ready:' .. queue, due, member)
     redis.call('SADD', queues_key, queue)
+    redis.call('SADD', prefix .. 'queue_names', queue)
+    index_item(prefix, member, queue, ARGV[base + 10], due, false)
   end
 end
 
