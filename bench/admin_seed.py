@@ -160,7 +160,7 @@ def seed_postgres(name: str, port: int, items: int, history: int) -> dict[str, f
             ),
         ):
             started = time.perf_counter()
-            conn.execute(sql, args)  # type: ignore[call-overload]
+            conn.execute(sql.replace(" % ", " %% "), args)  # type: ignore[call-overload]  # a modulo, not a parameter
             took[label] = time.perf_counter() - started
         started = time.perf_counter()
         conn.execute("SET maintenance_work_mem = '512MB'")

@@ -102,8 +102,11 @@ class Keys:
     def tried(self) -> str:
         return f"{self.prefix}tried"
 
-    def tried_in(self, queue: str) -> str:
-        return f"{self.prefix}tried:{queue}"
+    def tried_queue(self, queue: str) -> str:
+        return f"{self.prefix}tried_queue:{queue}"
+
+    def tried_domain(self, domain: str) -> str:
+        return f"{self.prefix}tried_domain:{domain}"
 
 
 def as_added(new: NewItem, now: datetime, now_us: int) -> QueueItem:
@@ -174,7 +177,8 @@ def seed_commands(keys: Keys, item: QueueItem, seq: int, message: bytes) -> buil
         *(("ZADD", keys.domain(domain), due, member) for domain in domains(item.recipients).split()),
     ]
     if item.attempts:
-        commands += [("ZADD", keys.tried, due, member), ("ZADD", keys.tried_in(item.queue), due, member)]
+        commands += [("ZADD", keys.tried, due, member), ("ZADD", keys.tried_queue(item.queue), due, member)]
+        commands += [("ZADD", keys.tried_domain(domain), due, member) for domain in domains(item.recipients).split()]
     return commands
 
 

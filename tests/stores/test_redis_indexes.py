@@ -119,7 +119,8 @@ def test_the_indexes_hold_each_item_and_nothing_else(store: RedisStore, redis_ur
     for item_id, item in items.items():
         wanted = [keys.queue(item.queue), *(keys.domain(d) for d in domains(item.recipients).split())]
         if item.attempts:
-            wanted += [keys.tried, keys.tried_in(item.queue)]
+            wanted += [keys.tried, keys.tried_queue(item.queue)]
+            wanted += [keys.tried_domain(d) for d in domains(item.recipients).split()]
         for key in wanted:
             expected.setdefault(key, set()).add(members[item_id])
     found = {
@@ -140,7 +141,7 @@ def test_an_item_written_by_seed_commands_is_the_item_the_scripts_write(store: R
     churn(store)
     client = redis.Redis.from_url(redis_url)
     before = {key: _dump(client, key) for key in client.scan_iter(match=f"{store.key_prefix}*")}
-    assert any(b":tried:" in key for key in before) and any(b":domain:" in key for key in before)
+    assert any(b":tried_domain:" in key for key in before) and any(b":domain:" in key for key in before)
     items = store.list(limit=1000)
     seqs = {i.id: int(client.hget(Keys(store.key_prefix).item(i.id), "member").decode()[:16]) for i in items}
     messages = {i.id: store.read_message(i.id) for i in items}

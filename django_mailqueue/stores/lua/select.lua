@@ -3,7 +3,8 @@
 --
 -- KEYS[1]  <prefix>items    sorted set, every item by next attempt
 -- KEYS[2]  <prefix>leases   sorted set, leased items
--- ARGV[1]  the prefix (item keys, <prefix>queue:<q>, <prefix>domain:<d>, <prefix>tried, <prefix>tried:<q>)
+-- ARGV[1]  the prefix (item keys, <prefix>queue:<q>, <prefix>domain:<d>, <prefix>tried,
+--          <prefix>tried_queue:<q>, <prefix>tried_domain:<d>)
 -- ARGV[2]  now (µs): decides due, scheduled and leased
 -- ARGV[3]  state: 'due', 'scheduled', 'deferred', 'leased', or '' for any
 -- ARGV[4]  queue, or '' for any
@@ -14,12 +15,12 @@
 -- ARGV[9]  'list' or 'count'
 -- ARGV[10] the rank of the index to start at (a 'list' reply's first element), or '' for its first
 --
--- One index is walked in the list's order — the domain's, else the tried set (deferred), else the queue's,
--- else every item's — from the first rank whose score may pass (due items end at now, scheduled ones
--- begin after it); each member's item is read and tested for the filters the index does not decide.
--- The leased items are those of `leases` whose lease runs past now: few, read one by one and sorted.
--- A count without a domain is sorted-set arithmetic: ZCARD and ZCOUNT of the queue's (or every) item
--- set and of its tried set, less the leased items.
+-- The scope is a domain's items, else a queue's, else all; one index is walked in the list's order —
+-- the scope's tried set for "deferred", else the scope's set — from the first rank whose score may pass
+-- (due items end at now, scheduled ones begin after it); each member's item is read and tested for the
+-- filters the index does not decide. The leased items are those of `leases` whose lease runs past now:
+-- few, read one by one and sorted. A count of one scope (not a domain and a queue together) is
+-- sorted-set arithmetic: ZCARD and ZCOUNT of the scope's set and of its tried set, less the leased items.
 --
 -- Returns for 'count' how many pass, at most the limit; for 'list' {rank, hashes}: the rank to go on
 -- from (-1 at the end) and each passing item's hash as a flat list of fields and values.
@@ -82,19 +83,29 @@ local function leased_now()
   return out
 end
 
-local tried_key = prefix .. 'tried'
-local all_key = KEYS[1]
-if queue ~= '' then
-  tried_key = prefix .. 'tried:' .. queue
-  all_key = prefix .. 'queue:' .. queue
+-- The items of the filter's scope (a domain's, else a queue's, else all) and those of them tried.
+local all_key, tried_key = KEYS[1], prefix .. 'tried'
+if domain ~= '' then
+  all_key, tried_key = prefix .. 'domain:' .. domain, prefix .. 'tried_domain:' .. domain
+elseif queue ~= '' then
+  all_key, tried_key = prefix .. 'queue:' .. queue, prefix .. 'tried_queue:' .. queue
+end
+local in_scope = function(_) return true end
+if domain ~= '' then
+  in_scope = function(member) return redis.call('ZSCORE', all_key, member) ~= false end
 end
 
-if mode == 'count' and domain == '' then
+if mode == 'count' and (domain == '' or queue == '') then
   local n
   if state == '' then
     n = redis.call('ZCARD', all_key)
   else
-    local held = leased_now()
+    local held = {}
+    for _, l in ipairs(leased_now()) do
+      if in_scope(l.member) then
+        table.insert(held, l)
+      end
+    end
     if state == 'leased' then
       n = #held
     elseif state == 'deferred' then
@@ -142,14 +153,14 @@ local function reply(rank)
   return {rank, out}
 end
 
-if state == 'leased' and domain == '' then
+if state == 'leased' then
   local held = leased_now()
   local first, last, step = 1, #held, 1
   if reverse then
     first, last, step = #held, 1, -1
   end
   for i = first, last, step do
-    if take(held[i].member) then
+    if in_scope(held[i].member) and take(held[i].member) then
       return reply(-1)
     end
   end
@@ -157,9 +168,7 @@ if state == 'leased' and domain == '' then
 end
 
 local key = all_key
-if domain ~= '' then
-  key = prefix .. 'domain:' .. domain
-elseif state == 'deferred' then
+if state == 'deferred' then
   key = tried_key
 end
 local first, last = 0, redis.call('ZCARD', key) - 1

@@ -17,16 +17,20 @@ local function queued_already(prefix, first, n)
   return nil
 end
 
--- The admin's indexes of an item (docs/redis.md): its queue's, each recipient domain's, and while tried the
--- tried sets, every one scored by the next attempt. `tried` is the item's attempts > 0.
+-- The admin's indexes of an item (docs/redis.md): its queue's and each recipient domain's, and while it has
+-- been tried (attempts > 0: `tried`) the tried sets of all, of its queue and of each domain, every one scored
+-- by the next attempt.
 local function index_item(prefix, member, queue, domains, due, tried)
   redis.call('ZADD', prefix .. 'queue:' .. queue, due, member)
   for domain in string.gmatch(domains, '%S+') do
     redis.call('ZADD', prefix .. 'domain:' .. domain, due, member)
+    if tried then
+      redis.call('ZADD', prefix .. 'tried_domain:' .. domain, due, member)
+    end
   end
   if tried then
     redis.call('ZADD', prefix .. 'tried', due, member)
-    redis.call('ZADD', prefix .. 'tried:' .. queue, due, member)
+    redis.call('ZADD', prefix .. 'tried_queue:' .. queue, due, member)
   end
 end
 
@@ -34,9 +38,10 @@ local function unindex_item(prefix, member, queue, domains)
   redis.call('ZREM', prefix .. 'queue:' .. queue, member)
   for domain in string.gmatch(domains or '', '%S+') do
     redis.call('ZREM', prefix .. 'domain:' .. domain, member)
+    redis.call('ZREM', prefix .. 'tried_domain:' .. domain, member)
   end
   redis.call('ZREM', prefix .. 'tried', member)
-  redis.call('ZREM', prefix .. 'tried:' .. queue, member)
+  redis.call('ZREM', prefix .. 'tried_queue:' .. queue, member)
 end
 
 -- Store the n items with their messages, due in their queues' ready sets.
