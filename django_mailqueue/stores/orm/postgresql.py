@@ -181,6 +181,12 @@ class PostgresDialect(HandWritten, PortableDialect):
                         found[item_id] = b"".join(parts)
         return found
 
+    def queue_names(self, limit: int) -> builtins.list[str]:
+        """Django's cursor (text parameters): an admin's statement, which `EXPLAIN` can be shown."""
+        with self.connection.cursor() as cursor:
+            cursor.execute(statement(self.name, "queues"), [limit])
+            return [row[0] for row in cursor.fetchall()]
+
     def search_candidates(self, search: str, bound: int) -> builtins.list[int] | None:
         """Two bounded reads of the trigram indexes (recipients' addresses; senders and subjects)."""
         if len(search) < MIN_INDEXED:

@@ -4,4 +4,4 @@ WITH RECURSIVE names(queue) AS (
   UNION ALL
   SELECT (SELECT min(queue) FROM {items} WHERE queue > names.queue) FROM names WHERE names.queue IS NOT NULL
 )
-SELECT queue FROM names WHERE queue IS NOT NULL LIMIT %b
+SELECT queue FROM names WHERE queue IS NOT NULL LIMIT %s
