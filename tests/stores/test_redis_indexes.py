@@ -176,3 +176,22 @@ def _dump(client: redis.Redis, key: bytes) -> object:
     if kind == "set":
         return client.smembers(key)
     return client.get(key)
+
+
+def test_an_unfiltered_query_reads_one_page_by_rank(store: RedisStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The admin always passes an `ItemQuery` (with `now`): without a filter, the list reads its 51 items by rank."""
+    from django_mailqueue.stores import redis_scripts
+
+    store.add_many([new_item([f"r{n}@x.example"]) for n in range(600)], now=at(0))
+    calls: list[tuple[str, list[object]]] = []
+    for script in (redis_scripts.PAGE, redis_scripts.SELECT):
+        original = script.run
+
+        def recording(client: object, keys: object, args: list[object], _run=original, _name=script.name) -> object:
+            calls.append((_name, list(args)))
+            return _run(client, keys, args)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(script, "run", recording)
+    page = store.list(ItemQuery(now=at(5)), offset=50, limit=51)
+    assert len(page) == 51 and calls == [("page", [store.key_prefix, "50", "100", ""])]
+    assert store.count(ItemQuery(now=at(5)), limit=10_001) == 600 and len(calls) == 1
