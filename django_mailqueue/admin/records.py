@@ -148,17 +148,14 @@ class DeliveryRecordAdmin(_ModelAdmin):
         )
 
     def get_changelist_instance(self, request: HttpRequest) -> ChangeList:
-        """The page's records, each told whether its item is still queued (one `get` per item on the page)."""
+        """The page's records, each told whether its item is still queued (one `store.present` for the page)."""
         changelist = super().get_changelist_instance(request)
-        store = get_store()
-        present: dict[uuid.UUID, bool] = {}
+        try:
+            queued = get_store().present([record.item_id for record in changelist.result_list])
+        except QueueError:
+            queued = set()
         for record in changelist.result_list:
-            if record.item_id not in present:
-                try:
-                    present[record.item_id] = store.get(record.item_id) is not None
-                except QueueError:
-                    present[record.item_id] = False
-            setattr(record, _PRESENT, present[record.item_id])
+            setattr(record, _PRESENT, record.item_id in queued)
         return changelist
 
     @admin.display(description="recorded", ordering="recorded")

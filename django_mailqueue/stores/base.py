@@ -255,6 +255,13 @@ class QueueStore(abc.ABC):
     def get(self, item_id: uuid.UUID) -> QueueItem | None:
         """The item, or None."""
 
+    def present(self, item_ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
+        """Which of the items are in the store (the history's links to queued items).
+
+        The default calls `get` for each; a store answers in one round trip where it can.
+        """
+        return {item_id for item_id in item_ids if self.get(item_id) is not None}
+
     @abc.abstractmethod
     def read_message(self, item_id: uuid.UUID) -> bytes | None:
         """The message bytes exactly as added; None when the item is gone, or

@@ -460,6 +460,17 @@ class RedisStore(RedisSuppressionList, RedisShaping):
 
         return await self._ado(work)
 
+    def present(self, item_ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
+        ids = builtins.list(dict.fromkeys(item_ids))
+
+        def work(client: SyncClient[bytes]) -> builtins.list[Any]:
+            pipe = client.pipeline(transaction=False)
+            for item_id in ids:
+                pipe.execute_command("EXISTS", self.keys.item(item_id))  # type: ignore[no-untyped-call]
+            return pipe.execute()
+
+        return {item_id for item_id, held in zip(ids, self._do(work) if ids else [], strict=True) if held}
+
     def read_messages(self, item_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, bytes]:
         if not item_ids:
             return {}

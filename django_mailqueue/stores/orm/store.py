@@ -389,6 +389,11 @@ class OrmStore(QueueStore):
             found = self._load(QueuedItem.objects.using(self.alias).filter(id=item_id))
         return found[0][1] if found else None
 
+    def present(self, item_ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
+        with self._errors():
+            found = QueuedItem.objects.using(self.alias).filter(id__in=list(item_ids)).values_list("id", flat=True)
+            return set(found)
+
     def _load(self, rows: models.QuerySet[QueuedItem]) -> builtins.list[tuple[int, QueueItem]]:
         items = list(rows.values_list(*ITEM_FIELDS))
         recipients = orm_recipients(self.alias, [row[0] for row in items])

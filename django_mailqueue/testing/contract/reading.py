@@ -168,6 +168,12 @@ class Reading(ContractBase):
             assert store.count(ItemQuery(search=search)) == len(expected), search
         assert {i.id for i in store.list(ItemQuery(search="a_b"))} == {items[0].id}
 
+    def test_present_names_the_items_in_the_store(self, store: QueueStore) -> None:
+        kept, gone = store.add(new_item(), now=T0), store.add(new_item(), now=T0)
+        store.cancel(gone.id)
+        assert store.present([kept.id, gone.id, uuid.uuid4(), kept.id]) == {kept.id}
+        assert store.present([]) == set()
+
     def test_the_overview_is_the_summary_counted_to_a_bound(self, store: QueueStore) -> None:
         for n in range(3):
             store.add(new_item([f"r{n}@alpha.example"], queue="bulk"), now=T0)
