@@ -29,7 +29,7 @@ def store(redis_url: str) -> Iterator[RedisStore]:
 
 def churn(store: RedisStore) -> None:
     """Items through every script that writes one: add, claim, complete (kept, dropped, given back, with a
-    DSN), reschedule with and without an owner, cancel, an expired lease."""
+    DSN), reschedule with and without an owner, cancel, an expired lease, a suspended destination's items."""
     domains_ = ["alpha.example", "Beta.example", "gamma.example"]
     for n in range(24):
         store.add(
@@ -72,6 +72,7 @@ def churn(store: RedisStore) -> None:
     store.cancel(rest[2].id)
     deferred = [i for i in rest if i.attempts]
     store.reschedule(deferred[0].id, at=at(2))
+    store.defer_destination(["gamma.example"], until=at(38), now=at(36))  # a suspended destination
     for item in store.claim(owner="x", now=at(41), lease_expires=at(45), limit=2):  # may take an expired lease
         delivered = (outcome(item.recipients[0].address, RecipientState.DELIVERED, OK),)
         store.complete(
