@@ -36,6 +36,7 @@ from .redis_layout import (
     as_added,
     bytes_or_none,
     dump_recipients,
+    fields,
     item_args,
     suppression_args,
     text,
@@ -555,6 +556,21 @@ class RedisStore(RedisSuppressionList, RedisShaping):
         """Every filter of the query is an index's: no search, no id prefix."""
         return not query.search and query.id_prefix is None
 
+    def _with_id_prefix(self, id_prefix: str) -> builtins.list[QueueItem]:
+        """The items whose id starts with the hex digits, in list order: a range of `ids`, then their hashes."""
+        low, high = b"[" + id_prefix.encode(), b"[" + id_prefix.encode() + b"\xff"
+
+        def work(client: SyncClient[bytes]) -> builtins.list[Any]:
+            found = client.execute_command("ZRANGEBYLEX", self.keys.ids, low, high)
+            pipe = client.pipeline(transaction=False)
+            for hex_id in found:
+                pipe.execute_command("HGETALL", self.keys.item(uuid.UUID(hex=text(hex_id))))  # type: ignore[no-untyped-call]
+            return pipe.execute() if found else []
+
+        raws = [raw for raw in self._do(work) if raw]
+        raws.sort(key=lambda raw: (int(fields(raw)["next"]), fields(raw)["member"]))
+        return [to_item(raw) for raw in raws]
+
     def list(
         self,
         query: ItemQuery | None = None,
@@ -572,6 +588,9 @@ class RedisStore(RedisSuppressionList, RedisShaping):
             return self._page(offset, limit, reverse=reverse)[1]
         if self._indexed(query):
             return [to_item(raw) for raw in self._select(query, offset=offset, limit=limit, reverse=reverse)[1]]
+        if query.id_prefix is not None:
+            listed = [item for item in self._with_id_prefix(query.id_prefix) if matches(item, query)]
+            return (listed[::-1] if reverse else listed)[offset : offset + limit]
         found: builtins.list[QueueItem] = []
         for page in self._candidates(query, reverse=reverse):  # the items before `offset` are counted, not kept
             for item in page:
@@ -591,6 +610,9 @@ class RedisStore(RedisSuppressionList, RedisShaping):
             return total if limit is None else min(total, limit)
         if self._indexed(query):
             return int(self._select(query, offset=0, limit=limit if limit is not None else 2**62, count=True))
+        if query.id_prefix is not None:
+            passing = sum(1 for item in self._with_id_prefix(query.id_prefix) if matches(item, query))
+            return passing if limit is None else min(passing, limit)
         found = 0
         for page in self._candidates(query):  # stops once `limit` items passed
             for item in page:
@@ -605,6 +627,9 @@ class RedisStore(RedisSuppressionList, RedisShaping):
         if query is None or query.unfiltered:
             for page in self._pages(batch):
                 yield from page
+            return
+        if query.id_prefix is not None:
+            yield from (item for item in self._with_id_prefix(query.id_prefix) if matches(item, query))
             return
         for page in self._candidates(query, batch):
             yield from (item for item in page if matches(item, query))

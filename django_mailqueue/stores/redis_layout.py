@@ -92,6 +92,11 @@ class Keys:
         """Every queue name an item was added with (`queues()` keeps those whose `queue` set exists)."""
         return f"{self.prefix}queue_names"
 
+    @property
+    def ids(self) -> str:
+        """Every item's id as 32 hex digits, all scored 0: an id prefix is a range of its bytes."""
+        return f"{self.prefix}ids"
+
     def queue(self, queue: str) -> str:
         return f"{self.prefix}queue:{queue}"
 
@@ -173,6 +178,7 @@ def seed_commands(keys: Keys, item: QueueItem, seq: int, message: bytes) -> buil
         ("ZADD", keys.items, due, member),
         ("SADD", keys.queues, item.queue),
         ("SADD", keys.queue_names, item.queue),
+        ("ZADD", keys.ids, "0", item.id.hex),
         ("ZADD", keys.queue(item.queue), due, member),
         *(("ZADD", keys.domain(domain), due, member) for domain in domains(item.recipients).split()),
     ]

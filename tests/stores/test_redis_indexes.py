@@ -104,6 +104,9 @@ def test_every_filter_lists_and_counts_what_matches_says_in_the_list_order(store
         assert store.count(query) == len(expected), label
         assert store.count(query, limit=2) == min(2, len(expected)), label
         assert [i.id for i in store.iter_items(query, batch=2)] == expected, label
+        for item in everything[:3]:
+            by_id = ItemQuery(state=state, queue=queue, domain=domain, now=when, id_prefix=item.id.hex[:8])
+            assert [i.id for i in store.list(by_id)] == [i.id for i in everything if matches(i, by_id)], label
         searched = ItemQuery(state=state, queue=queue, domain=domain, now=when, search="r1")
         assert [i.id for i in store.iter_items(searched, batch=2)] == [
             i.id for i in everything if matches(i, searched)
@@ -130,6 +133,7 @@ def test_the_indexes_hold_each_item_and_nothing_else(store: RedisStore, redis_ur
         for key in client.scan_iter(match=f"{store.key_prefix}{pattern}")
     }
     assert found == expected
+    assert {m.decode() for m in client.zrange(keys.ids, 0, -1)} == {item_id.hex for item_id in items}
     for key, held in found.items():  # scored by the next attempt
         for member in held:
             item = items[next(i for i, m in members.items() if m == member)]

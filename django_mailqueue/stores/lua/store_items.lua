@@ -17,10 +17,12 @@ local function queued_already(prefix, first, n)
   return nil
 end
 
--- The admin's indexes of an item (docs/redis.md): its queue's and each recipient domain's, and while it has
+-- The admin's indexes of an item (docs/redis.md): its id's 32 hex digits in `ids` (by bytes: a prefix is a
+-- ZRANGEBYLEX), its queue's and each recipient domain's sets, and while it has
 -- been tried (attempts > 0: `tried`) the tried sets of all, of its queue and of each domain, every one scored
 -- by the next attempt.
 local function index_item(prefix, member, queue, domains, due, tried)
+  redis.call('ZADD', prefix .. 'ids', 0, (string.gsub(string.sub(member, 18), '-', '')))
   redis.call('ZADD', prefix .. 'queue:' .. queue, due, member)
   for domain in string.gmatch(domains, '%S+') do
     redis.call('ZADD', prefix .. 'domain:' .. domain, due, member)
@@ -35,6 +37,7 @@ local function index_item(prefix, member, queue, domains, due, tried)
 end
 
 local function unindex_item(prefix, member, queue, domains)
+  redis.call('ZREM', prefix .. 'ids', (string.gsub(string.sub(member, 18), '-', '')))
   redis.call('ZREM', prefix .. 'queue:' .. queue, member)
   for domain in string.gmatch(domains or '', '%S+') do
     redis.call('ZREM', prefix .. 'domain:' .. domain, member)
