@@ -14,7 +14,7 @@ from django_mailqueue.stores.orm.pg_search import TrigramSearchIndexes
 class Migration(migrations.Migration):
 
     dependencies = [
-        ("django_mailqueue", "0007_queue_overview"),
+        ("django_mailqueue", "0008_shaping"),
     ]
 
     operations = [
