@@ -8,7 +8,7 @@ import io
 import logging
 import math
 import uuid
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -19,16 +19,14 @@ from ..core.items import (
     CompleteRequest,
     Completion,
     ItemOrder,
-    ItemQuery,
     NewItem,
     QueueItem,
     apply_completion,
-    matches,
 )
 from . import redis_connection as conn
 from . import redis_scripts as scripts
 from . import redis_sentinel as sentinel
-from .base import OVERVIEW_QUEUES, READ_CHUNK, check_completion, check_new_item, check_order, check_owner
+from .base import READ_CHUNK, check_completion, check_new_item, check_owner
 from .redis_clients import AsyncClient, RedisClients, SyncClient, T
 from .redis_layout import (
     LAYOUT_VERSION,
@@ -36,20 +34,17 @@ from .redis_layout import (
     as_added,
     bytes_or_none,
     dump_recipients,
-    fields,
     item_args,
     suppression_args,
     text,
     to_item,
     to_item_or_none,
 )
+from .redis_reading import RedisReading
 from .redis_shaping import RedisShaping
 from .redis_suppression import RedisSuppressionList
 
 logger = logging.getLogger("django_mailqueue.stores.redis")
-
-#: Items `list` and `count` read per script call when they filter.
-SCAN_PAGE = 500
 
 
 @dataclass(frozen=True)
@@ -59,7 +54,7 @@ class _AddPlan:
     added: tuple[QueueItem, ...]
 
 
-class RedisStore(RedisSuppressionList, RedisShaping):
+class RedisStore(RedisReading, RedisSuppressionList, RedisShaping):
     """Items in Redis under `OPTIONS["key_prefix"]`, reached by `url` or a django-redis `cache` alias.
 
     Every write is one Lua script, which Redis runs whole, so claims are atomic
@@ -461,17 +456,6 @@ class RedisStore(RedisSuppressionList, RedisShaping):
 
         return await self._ado(work)
 
-    def present(self, item_ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
-        ids = builtins.list(dict.fromkeys(item_ids))
-
-        def work(client: SyncClient[bytes]) -> builtins.list[Any]:
-            pipe = client.pipeline(transaction=False)
-            for item_id in ids:
-                pipe.execute_command("EXISTS", self.keys.item(item_id))  # type: ignore[no-untyped-call]
-            return pipe.execute()
-
-        return {item_id for item_id, held in zip(ids, self._do(work) if ids else [], strict=True) if held}
-
     def read_messages(self, item_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, bytes]:
         if not item_ids:
             return {}
@@ -523,154 +507,6 @@ class RedisStore(RedisSuppressionList, RedisShaping):
             return message.getvalue()
 
         return await self._ado(work)
-
-    def _page(self, first: int, count: int, *, reverse: bool = False) -> tuple[int, builtins.list[QueueItem]]:
-        """Items at ranks `first` to `first + count - 1` of the list order (from its end when `reverse`),
-        and how many there are."""
-        args: builtins.list[scripts.Arg] = [self.key_prefix, str(first), str(first + count - 1), "1" if reverse else ""]
-        total, page = self._do(lambda client: scripts.PAGE.run(client, [self.keys.items], args))
-        return int(total), [to_item(raw) for raw in page]
-
-    def _select(
-        self, query: ItemQuery, *, offset: int, limit: int, reverse: bool = False, count: bool = False, start: str = ""
-    ) -> Any:
-        """select.lua: the items passing the query's state, queue and domain filters, from their indexes."""
-        if query.state is not None and query.now is None:
-            raise ValueError("a state filter needs `now`")
-        args: builtins.list[scripts.Arg] = [
-            self.key_prefix,
-            str(to_micros(query.now)) if query.now is not None else "0",
-            query.state.value if query.state is not None else "",
-            query.queue or "",
-            query.domain.lower() if query.domain is not None else "",
-            str(offset),
-            str(limit),
-            "1" if reverse else "",
-            "count" if count else "list",
-            start,
-        ]
-        return self._do(lambda client: scripts.SELECT.run(client, [self.keys.items, self.keys.leases], args))
-
-    @staticmethod
-    def _indexed(query: ItemQuery) -> bool:
-        """Every filter of the query is an index's: no search, no id prefix."""
-        return not query.search and query.id_prefix is None
-
-    def _with_id_prefix(self, id_prefix: str) -> builtins.list[QueueItem]:
-        """The items whose id starts with the hex digits, in list order: a range of `ids`, then their hashes."""
-        low, high = b"[" + id_prefix.encode(), b"[" + id_prefix.encode() + b"\xff"
-
-        def work(client: SyncClient[bytes]) -> builtins.list[Any]:
-            found = client.execute_command("ZRANGEBYLEX", self.keys.ids, low, high)
-            pipe = client.pipeline(transaction=False)
-            for hex_id in found:
-                pipe.execute_command("HGETALL", self.keys.item(uuid.UUID(hex=text(hex_id))))  # type: ignore[no-untyped-call]
-            return pipe.execute() if found else []
-
-        raws = [raw for raw in self._do(work) if raw]
-        raws.sort(key=lambda raw: (int(fields(raw)["next"]), fields(raw)["member"]))
-        return [to_item(raw) for raw in raws]
-
-    def list(
-        self,
-        query: ItemQuery | None = None,
-        *,
-        offset: int = 0,
-        limit: int = 100,
-        order: ItemOrder = ItemOrder.NEXT_ATTEMPT,
-    ) -> builtins.list[QueueItem]:
-        check_order(self, order)
-        if limit <= 0:
-            return []
-        offset = max(offset, 0)
-        reverse = order is ItemOrder.NEXT_ATTEMPT_DESC
-        if query is None or query.unfiltered:
-            return self._page(offset, limit, reverse=reverse)[1]
-        if self._indexed(query):
-            return [to_item(raw) for raw in self._select(query, offset=offset, limit=limit, reverse=reverse)[1]]
-        if query.id_prefix is not None:
-            listed = [item for item in self._with_id_prefix(query.id_prefix) if matches(item, query)]
-            return (listed[::-1] if reverse else listed)[offset : offset + limit]
-        found: builtins.list[QueueItem] = []
-        for page in self._candidates(query, reverse=reverse):  # the items before `offset` are counted, not kept
-            for item in page:
-                if not matches(item, query):
-                    continue
-                if offset:
-                    offset -= 1
-                    continue
-                found.append(item)
-                if len(found) == limit:
-                    return found
-        return found
-
-    def count(self, query: ItemQuery | None = None, *, limit: int | None = None) -> int:
-        if query is None or query.unfiltered:
-            total = int(self._do(lambda client: client.execute_command("ZCARD", self.keys.items)))
-            return total if limit is None else min(total, limit)
-        if self._indexed(query):
-            return int(self._select(query, offset=0, limit=limit if limit is not None else 2**62, count=True))
-        if query.id_prefix is not None:
-            passing = sum(1 for item in self._with_id_prefix(query.id_prefix) if matches(item, query))
-            return passing if limit is None else min(passing, limit)
-        found = 0
-        for page in self._candidates(query):  # stops once `limit` items passed
-            for item in page:
-                if matches(item, query):
-                    found += 1
-                    if found == limit:
-                        return found
-        return found
-
-    def iter_items(self, query: ItemQuery | None = None, *, batch: int = 500) -> Iterator[QueueItem]:
-        """One pass over the list order, filtered here: `list` with a query scans from the first rank each call."""
-        if query is None or query.unfiltered:
-            for page in self._pages(batch):
-                yield from page
-            return
-        if query.id_prefix is not None:
-            yield from (item for item in self._with_id_prefix(query.id_prefix) if matches(item, query))
-            return
-        for page in self._candidates(query, batch):
-            yield from (item for item in page if matches(item, query))
-
-    def queues(self, *, limit: int = OVERVIEW_QUEUES) -> builtins.list[str]:
-        """The names ever added (`queue_names`) whose queue set holds items."""
-
-        def work(client: SyncClient[bytes]) -> builtins.list[str]:
-            names = sorted(text(name) for name in client.execute_command("SMEMBERS", self.keys.queue_names))
-            pipe = client.pipeline(transaction=False)
-            for name in names:
-                pipe.execute_command("EXISTS", self.keys.queue(name))  # type: ignore[no-untyped-call]
-            return [name for name, held in zip(names, pipe.execute(), strict=True) if held][:limit]
-
-        return self._do(work)
-
-    def _candidates(
-        self, query: ItemQuery, size: int = SCAN_PAGE, *, reverse: bool = False
-    ) -> Iterator[builtins.list[QueueItem]]:
-        """Pages of the items passing the query's indexed filters, in list order, for a search or an id prefix
-        to be tested on: every item when it has no such filter."""
-        if not (query.state or query.queue is not None or query.domain is not None):
-            yield from self._pages(size, reverse=reverse)
-            return
-        start = ""
-        while True:
-            rank, page = self._select(query, offset=0, limit=size, reverse=reverse, start=start)
-            yield [to_item(raw) for raw in page]
-            if int(rank) < 0 or len(page) < size:
-                return
-            start = str(int(rank))
-
-    def _pages(self, size: int = SCAN_PAGE, *, reverse: bool = False) -> Iterator[builtins.list[QueueItem]]:
-        """Every item, `size` at a time, in list order."""
-        first = 0
-        while True:
-            total, page = self._page(first, size, reverse=reverse)
-            yield page
-            first += size
-            if first >= total:
-                return
 
     # --- waking idle workers -----------------------------------------------------------------
 

@@ -18,10 +18,10 @@ import redis
 from django.db import transaction
 from django.test import override_settings
 
-from django_mailqueue.core.items import Completion, ItemQuery, QueueItem, RecipientState
+from django_mailqueue.core.items import Completion, ItemOrder, ItemQuery, QueueItem, RecipientState
 from django_mailqueue.core.masking import SecretMask
 from django_mailqueue.exceptions import QueueError
-from django_mailqueue.stores import get_store
+from django_mailqueue.stores import get_store, redis_reading
 from django_mailqueue.stores import redis as redis_store
 from django_mailqueue.stores.memory import MemoryStore
 from django_mailqueue.stores.redis import LAYOUT_VERSION, RedisStore
@@ -523,13 +523,19 @@ def test_an_expired_lease_moved_later_waits_for_its_time(store: RedisStore) -> N
 
 
 def test_filtered_list_and_count_read_every_page(store: RedisStore, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(redis_store, "SCAN_PAGE", 7)
+    monkeypatch.setattr(redis_reading, "SCAN_PAGE", 7)  # a search is tested on pages of 7
     added = [store.add(new_item([f"r{i}@{'odd' if i % 2 else 'even'}.example"]), now=at(i)) for i in range(40)]
     odd = [item.id for item in added if "odd" in item.recipients[0].address]
-    query = ItemQuery(domain="ODD.example")
-    assert store.count(query) == 20
-    assert [i.id for i in store.list(query, limit=100)] == odd
-    assert [i.id for i in store.list(query, offset=15, limit=3)] == odd[15:18]
+    for query in (
+        ItemQuery(domain="ODD.example"),
+        ItemQuery(domain="ODD.example", search="R"),
+        ItemQuery(search="@odd"),
+    ):
+        assert store.count(query) == 20
+        assert [i.id for i in store.list(query, limit=100)] == odd
+        assert [i.id for i in store.list(query, offset=15, limit=3)] == odd[15:18]
+        backwards = store.list(query, offset=2, limit=4, order=ItemOrder.NEXT_ATTEMPT_DESC)
+        assert [i.id for i in backwards] == odd[::-1][2:6]
     assert [i.id for i in store.list(offset=38, limit=5)] == [added[38].id, added[39].id]
     assert store.list(limit=0) == []
 
