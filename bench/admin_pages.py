@@ -5,6 +5,7 @@ table is flagged); on Redis each page's commands are counted (`INFO commandstats
 
     python -m bench.admin_pages postgres --pg-name mq_bench_admin1m
     python -m bench.admin_pages redis --redis-url redis://127.0.0.1:6391/0 --pg-name mq_bench_admin1m
+    python -m bench.admin_pages sqlite --sqlite-path /tmp/mq_bench.sqlite3
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 from bench.admin_seed import PROBE_ITEM, RARE_DOMAIN, RARE_WORD, _django, item_id
 
 BIG_TABLES = re.compile(r"Seq Scan on (mailqueue_item|mailqueue_recipient|mailqueue_message|mailqueue_history)\b")
+SQLITE_SCANS = re.compile(r"^SCAN (mailqueue_item|mailqueue_recipient|mailqueue_message|mailqueue_history)\b", re.M)
 QUEUE = "/admin/django_mailqueue/queueditem/"
 HISTORY = "/admin/django_mailqueue/deliveryrecord/"
 
@@ -127,26 +129,31 @@ def explain(connection: Any, queries: list[str]) -> tuple[list[dict[str, str]], 
             if "mailqueue_" not in sql or not sql.lstrip().upper().startswith(("SELECT", "WITH")):
                 continue
             try:
-                cursor.execute("EXPLAIN (ANALYZE, BUFFERS) " + sql)
+                sqlite = connection.vendor == "sqlite"
+                cursor.execute(("EXPLAIN QUERY PLAN " if sqlite else "EXPLAIN (ANALYZE, BUFFERS) ") + sql)
             except Exception as exc:  # noqa: BLE001 - a statement with server-side parameters: noted, not explained
                 plans.append({"sql": sql, "plan": f"not explained: {type(exc).__name__}"})
                 continue
-            plan = "\n".join(row[0] for row in cursor.fetchall())
+            plan = "\n".join(str(row[-1]) for row in cursor.fetchall())
             plans.append({"sql": sql, "plan": plan})
-            scans += BIG_TABLES.findall(plan)
+            scans += (SQLITE_SCANS if sqlite else BIG_TABLES).findall(plan)
     return plans, sorted(set(scans))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("store", choices=["postgres", "redis"])
+    parser.add_argument("store", choices=["postgres", "redis", "sqlite"])
+    parser.add_argument("--sqlite-path", default="/tmp/mq_bench_admin.sqlite3")
     parser.add_argument("--pg-name", default="mq_bench_admin")
     parser.add_argument("--pg-port", type=int, default=5432)
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--out", default="bench/.work/admin_pages.json")
     args = parser.parse_args(argv)
-    _django("postgres", args.pg_name, args.pg_port, "orm" if args.store == "postgres" else "redis", args.redis_url)
+    if args.store == "sqlite":
+        _django("sqlite", "", 0, sqlite_path=args.sqlite_path)
+    else:
+        _django("postgres", args.pg_name, args.pg_port, "orm" if args.store == "postgres" else "redis", args.redis_url)
     started = time.time()
     results = measure(args.store, args.repeats, args.redis_url)
     out = Path(args.out)

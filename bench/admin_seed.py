@@ -3,6 +3,7 @@ after) and 1,000,000 history records, or a big queue into Redis through pipeline
 
     python -m bench.admin_seed postgres --items 1000000 --history 1000000 --pg-name mq_bench_admin1m
     python -m bench.admin_seed redis --items 1000000 --redis-url redis://127.0.0.1:6391/0
+    python -m bench.admin_seed sqlite --items 100000 --history 100000 --sqlite-path /tmp/mq_bench.sqlite3
 
 The data, the same on both stores (item `i` has the id `md5("mqb-<i>")`):
 
@@ -195,8 +196,8 @@ class _Picker:
         return f"{r.choice(self.first)}.{r.choice(self.last)}{r.randrange(100)}@{domain}"
 
 
-def redis_items(items: int, now_us: int):  # type: ignore[no-untyped-def]
-    """The items of the seed as `QueueItem`s, in order (their member's sequence number is `i`)."""
+def seed_items(items: int, now_us: int):  # type: ignore[no-untyped-def]
+    """The items of the seed as `QueueItem`s, in order (item `i` is the `i`-th added): Redis and SQLite."""
     from django_mailqueue.core.clock import from_micros
     from django_mailqueue.core.items import QueueItem, Recipient, RecipientState, Reply
 
@@ -261,7 +262,7 @@ def seed_redis(url: str, items: int, prefix: str) -> dict[str, float]:
     started = time.perf_counter()
     now_us = int(time.time() * 1_000_000)
     pipe = client.pipeline(transaction=False)
-    for seq, item in enumerate(redis_items(items, now_us), start=1):
+    for seq, item in enumerate(seed_items(items, now_us), start=1):
         for command in seed_commands(keys, item, seq, MESSAGE):
             pipe.execute_command(*command)
         if seq % 10_000 == 0:
@@ -273,14 +274,84 @@ def seed_redis(url: str, items: int, prefix: str) -> dict[str, float]:
     return took
 
 
+def seed_sqlite(path: str, items: int, history: int) -> dict[str, float]:
+    """A fresh SQLite file, migrated, filled with the seed's items (`executemany`) and `history` records."""
+    import sqlite3
+
+    from django_mailqueue.core.clock import to_micros
+
+    for suffix in ("", "-wal", "-shm"):
+        if os.path.exists(path + suffix):
+            os.remove(path + suffix)
+    _django("sqlite", "", 0, sqlite_path=path)
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    now_us = int(time.time() * 1_000_000)
+    started = time.perf_counter()
+    conn = sqlite3.connect(path)
+    item_rows, recipient_rows = [], []
+    for seq, item in enumerate(seed_items(items, now_us), start=1):
+        item_rows.append((
+            seq, item.id.hex, item.sender, item.size, to_micros(item.created), to_micros(item.next_attempt),
+            item.attempts, item.queue, item.owner, to_micros(item.lease_expires) if item.lease_expires else None,
+            item.revision, item.reclaims, 0, item.message_id, item.subject,
+        ))  # fmt: skip
+        for position, r in enumerate(item.recipients):
+            reply = r.reply
+            recipient_rows.append((
+                seq, position, r.address, r.domain, r.state.value, reply.code if reply else None,
+                reply.status if reply else "", reply.text if reply else "", r.remote_mta,
+            ))  # fmt: skip
+    conn.executemany(
+        "INSERT INTO mailqueue_item (seq, id, sender, size, created, next_attempt, attempts, queue, owner, "
+        "lease_expires, revision, reclaims, delay_warned, message_id, subject) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        item_rows,
+    )
+    conn.executemany(
+        "INSERT INTO mailqueue_recipient (item_id, position, address, domain, state, reply_code, reply_status, "
+        "reply_text, remote_mta) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        recipient_rows,
+    )
+    conn.executemany(
+        "INSERT INTO mailqueue_message (item_id, data) VALUES (?, ?)", ((r[0], MESSAGE) for r in item_rows)
+    )
+    pick = _Picker(7)
+    records = []
+    for i in range(1, history + 1):
+        domain = RARE_DOMAIN if i % 50000 == 17 else pick.domain()
+        state = "delivered" if i % 100 < 85 else "deferred" if i % 100 < 97 else "failed"
+        queue = "rare" if i % 100000 == 13 else "transactional" if i % 20 == 0 else "bulk" if i % 20 < 8 else "default"
+        recorded = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(now_us / 1e6 - i * 2_592_000 / history))
+        records.append((
+            item_id(-(i // 2)).hex, f"<h{i // 2}@shop.example>", "noreply@shop.example", pick.address(domain), domain,
+            queue, state, 250, "2.0.0", "OK", f"mx.{domain}", 1 + i % 3, i % 2000 == 3, recorded,
+        ))  # fmt: skip
+    conn.executemany(
+        "INSERT INTO mailqueue_history (item_id, message_id, sender, recipient, domain, queue, state, reply_code, "
+        "reply_status, reply_text, remote_mta, attempt, possibly_delivered, recorded) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        records,
+    )
+    conn.commit()
+    took = {"rows": time.perf_counter() - started}
+    started = time.perf_counter()
+    conn.execute("ANALYZE")
+    conn.close()
+    took["analyze"] = time.perf_counter() - started
+    return took
+
+
 def _layout_version() -> str:
     from django_mailqueue.stores.redis_layout import LAYOUT_VERSION
 
     return LAYOUT_VERSION
 
 
-def _django(db: str, name: str, port: int, store: str = "orm", redis_url: str = "") -> None:
+def _django(db: str, name: str, port: int, store: str = "orm", redis_url: str = "", sqlite_path: str = "") -> None:
     os.environ.update(
+        BENCH_SQLITE_PATH=sqlite_path,
         BENCH_DB=db,
         BENCH_PG_NAME=name,
         BENCH_PG_PORT=str(port),
@@ -295,7 +366,8 @@ def _django(db: str, name: str, port: int, store: str = "orm", redis_url: str = 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("store", choices=["postgres", "redis"])
+    parser.add_argument("store", choices=["postgres", "redis", "sqlite"])
+    parser.add_argument("--sqlite-path", default="/tmp/mq_bench_admin.sqlite3")
     parser.add_argument("--items", type=int, default=1_000_000)
     parser.add_argument("--history", type=int, default=1_000_000)
     parser.add_argument("--pg-name", default="mq_bench_admin")
@@ -306,6 +378,8 @@ def main(argv: list[str] | None = None) -> int:
     load = os.getloadavg()
     if args.store == "postgres":
         took = seed_postgres(args.pg_name, args.pg_port, args.items, args.history)
+    elif args.store == "sqlite":
+        took = seed_sqlite(args.sqlite_path, args.items, args.history)
     else:
         _django("postgres", args.pg_name, args.pg_port, "redis", args.redis_url)
         took = seed_redis(args.redis_url, args.items, args.prefix)
