@@ -7,6 +7,7 @@ The page's time is printed (for bench/), never asserted.
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -106,6 +107,20 @@ def fill(alias: str, items: int) -> float:
     return time.perf_counter() - started
 
 
+def scans_a_big_table(plan: str) -> bool:
+    """A sequential scan of the items or the recipients not cut short by a `Limit` to half of it or less (the
+    search's bounded reads of 10,001 rows may scan where nearly every row matches: they stop early)."""
+    limit = None  # the cost of the nearest Limit above
+    for line in plan.splitlines():
+        bound = re.search(r"Limit  \(cost=[\d.]+\.\.([\d.]+)", line)
+        if bound:
+            limit = float(bound.group(1))
+        scan = re.search(r"Seq Scan on (?:mailqueue_item|mailqueue_recipient)\b.*?cost=[\d.]+\.\.([\d.]+)", line)
+        if scan and (limit is None or limit > float(scan.group(1)) / 2):
+            return True
+    return False
+
+
 def plans(alias: str, run: Callable[[], Any]) -> list[str]:
     """The EXPLAIN of each query `run` sends to `alias`."""
     with CaptureQueriesContext(connections[alias]) as captured:
@@ -147,8 +162,9 @@ def test_the_list_page_of_a_million_item_queue(
         ("page 200", {"p": "200"}),
     ):
         admin_client.get(url, params)  # warm the caches, as a second visit would
-        # the page and its recipients; and the totals, each a count to a bound (none for a search)
-        with django_assert_max_num_queries(2 if label == "search" else 7, connection=connections[pg_alias]):
+        # the page and its recipients; and the totals, each a count to a bound (none for a search, which asks
+        # the trigram indexes first)
+        with django_assert_max_num_queries(4 if label == "search" else 7, connection=connections[pg_alias]):
             started = time.perf_counter()
             page = admin_client.get(url, params)
             timings[label] = time.perf_counter() - started
@@ -203,15 +219,23 @@ def test_the_list_page_of_a_million_item_queue(
         query = ItemQuery(search=search, now=NOW)
         explained = plans(pg_alias, lambda q=query: store.list(q, offset=0, limit=51))
         for plan in explained:
-            assert "Seq Scan on mailqueue_item" not in plan and "Seq Scan on mailqueue_recipient" not in plan, plan
-        trigram = any("_trgm" in plan for plan in explained)
-        assert trigram is indexed, f"search {label}:\n" + "\n".join(explained)
+            assert not scans_a_big_table(plan), plan
+        shown = f"search {label}:\n" + "\n".join(explained)
+        if indexed:  # the page by key, from what the trigram indexes found
+            assert any("_trgm" in plan for plan in explained), shown
+        else:  # the due index, each item's recipients probed by its own index (never hashed whole first)
+            page_plan = explained[-2]
+            assert "mailqueue_item_due" in page_plan and "mailqueue_recipient_position" in page_plan, shown
+            assert "hashed" not in page_plan, shown
         started = time.perf_counter()
         admin_client.get(url, {"q": search})
         print(f"admin scale: list page, search by {label}: {(time.perf_counter() - started) * 1000:.0f} ms")
     # the overview: bounded counts and a loose scan of the queue index
     for plan in plans(pg_alias, lambda: store.overview(now=NOW, bound=TOTAL_BOUND)):
-        assert "Seq Scan on mailqueue_item" not in plan and "Seq Scan on mailqueue_recipient" not in plan, plan
+        # the recipients of the 1,001 sampled items are read by key: below 1,000,000 items the planner may scan
+        # for so many keys; the number of rows read stays bounded by the sample either way
+        by_key = "Filter: (item_id = ANY (" in plan and ITEMS < 1_000_000
+        assert by_key or not scans_a_big_table(plan), plan
     # the history and each of its filters
     history = reverse("admin:django_mailqueue_deliveryrecord_changelist")
     today = datetime.now(UTC).strftime("%Y-%m-%d 00:00:00+00:00")

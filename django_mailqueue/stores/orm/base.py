@@ -15,8 +15,10 @@ from typing import Any, ClassVar, TypeVar
 from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
+from django.db.models import Exists, Expression, OuterRef, Q
 
 from ...core.items import NewItem, QueueItem
+from ...models import QueuedRecipient
 from .rows import ItemRow, RecipientRow
 from .statements import statement
 from .threads import DatabaseThreads
@@ -101,6 +103,14 @@ class Dialect(abc.ABC):
     @abc.abstractmethod
     def queue_names(self, limit: int) -> list[str]:
         """The names of the queues holding items, sorted, at most `limit`."""
+
+    def search_filter(self, search: str) -> Q | Expression:
+        """`search` tested on each item row a query reads: its sender, its subject or a recipient's address holds
+        it, in any case (an `EXISTS` per row, for a search no index lists: `search_candidates`)."""
+        at_recipient = QueuedRecipient.objects.using(self.alias).filter(
+            item_id=OuterRef("seq"), address__icontains=search
+        )
+        return Q(sender__icontains=search) | Q(subject__icontains=search) | Q(Exists(at_recipient))
 
     def search_candidates(self, search: str, bound: int) -> list[int] | None:
         """The seqs of the items whose sender, subject or a recipient's address holds `search` (any case), read

@@ -15,6 +15,8 @@ from typing import Any
 from django.db import transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
+from django.db.models import BooleanField, Expression, Q
+from django.db.models.expressions import RawSQL
 
 from ...core.clock import to_micros
 from ...core.items import NewItem, QueueItem, address_domain
@@ -186,6 +188,12 @@ class PostgresDialect(HandWritten, PortableDialect):
         with self.connection.cursor() as cursor:
             cursor.execute(statement(self.name, "queues"), [limit])
             return [row[0] for row in cursor.fetchall()]
+
+    def search_filter(self, search: str) -> Q | Expression:
+        """ILIKE (the columns' statistics apply) and an `EXISTS … OFFSET 0` (`search_tested.sql`)."""
+        pattern = f"%{escape_like(search)}%"
+        # the statement is the package's own; the search is a parameter
+        return RawSQL(statement(self.name, "search_tested"), [pattern] * 3, output_field=BooleanField())  # noqa: S611
 
     def search_candidates(self, search: str, bound: int) -> builtins.list[int] | None:
         """Two bounded reads of the trigram indexes (recipients' addresses; senders and subjects)."""

@@ -14,7 +14,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from django.db import DatabaseError, connections, models, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models import Exists, F, OuterRef, Q
+from django.db.models import F, Q
 
 from ...core.clock import to_micros
 from ...core.errors import Code, QueueError
@@ -423,15 +423,11 @@ class OrmStore(QueueStore):
             )
         if query.search:
             found = self.dialect.search_candidates(query.search, SEARCH_BOUND)
-            if found is not None:
-                rows = rows.filter(seq__in=found)
-            else:
-                at_recipient = QueuedRecipient.objects.using(self.alias).filter(
-                    item_id=OuterRef("seq"), address__icontains=query.search
-                )
-                rows = rows.filter(
-                    Q(sender__icontains=query.search) | Q(subject__icontains=query.search) | Exists(at_recipient)
-                )
+            rows = (
+                rows.filter(seq__in=found)
+                if found is not None
+                else rows.filter(self.dialect.search_filter(query.search))
+            )
         if query.state is not None:
             if query.now is None:
                 raise ValueError("a state filter needs `now`")
