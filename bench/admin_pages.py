@@ -84,11 +84,12 @@ def measure(store_kind: str, repeats: int, redis_url: str) -> list[dict[str, Any
         if first.status_code != 200:  # a page past the end of a small seed
             print(f"{label:45} HTTP {first.status_code}: skipped", flush=True)
             continue
-        runs = []
+        runs, cpu = [], []
         for _ in range(repeats):
-            started = time.perf_counter()
+            started, started_cpu = time.perf_counter(), time.process_time()
             response = client.get(path, query)
             runs.append((time.perf_counter() - started) * 1000)
+            cpu.append((time.process_time() - started_cpu) * 1000)
             assert response.status_code == 200, label
         result: dict[str, Any] = {
             "page": label,
@@ -96,10 +97,13 @@ def measure(store_kind: str, repeats: int, redis_url: str) -> list[dict[str, Any
             "query": query,
             "median_ms": round(statistics.median(runs), 1),
             "runs_ms": [round(r, 1) for r in runs],
+            "cpu_ms": round(statistics.median(cpu), 1),
             "load": os.getloadavg()[0],
         }
+        redis_cpu = 0.0
         if redis_client is not None:
             redis_client.execute_command("CONFIG", "RESETSTAT")
+            redis_cpu = _redis_cpu(redis_client)
         with CaptureQueriesContext(connection) as captured:
             client.get(path, query)
         if redis_client is not None:
@@ -108,11 +112,17 @@ def measure(store_kind: str, repeats: int, redis_url: str) -> list[dict[str, Any
             calls.pop("config", None)
             result["redis_commands"] = sum(calls.values())
             result["redis_by_command"] = dict(sorted(calls.items(), key=lambda kv: -kv[1]))
+            # Redis's own CPU time for the page (the server is the benchmark's own: nothing else runs on it)
+            result["redis_ms"] = round((_redis_cpu(redis_client) - redis_cpu) * 1000, 1)
         result["sql_queries"] = len(captured.captured_queries)
-        result["plans"], result["seq_scans"] = explain(connection, [q["sql"] for q in captured.captured_queries])
+        result["plans"], result["seq_scans"], result["db_ms"] = explain(
+            connection, [q["sql"] for q in captured.captured_queries]
+        )
+        # server-side, whatever else the machine runs: this process's CPU and the database's (or Redis's) time
+        result["cpu_db_ms"] = round(result["cpu_ms"] + result["db_ms"] + result.get("redis_ms", 0), 1)
         results.append(result)
         print(
-            f"{label:45} {result['median_ms']:8.1f} ms  load {result['load']:.2f}"
+            f"{label:45} {result['median_ms']:8.1f} ms  cpu+db {result['cpu_db_ms']:7.1f} ms  load {result['load']:.2f}"
             + (f"  redis {result['redis_commands']} cmds" if "redis_commands" in result else "")
             + f"  sql {result['sql_queries']}"
             + (f"  SEQ SCAN {result['seq_scans']}" if result["seq_scans"] else ""),
@@ -121,9 +131,20 @@ def measure(store_kind: str, repeats: int, redis_url: str) -> list[dict[str, Any
     return results
 
 
-def explain(connection: Any, queries: list[str]) -> tuple[list[dict[str, str]], list[str]]:
-    """The plan of each query on a big table, and the big tables any of them scans sequentially."""
-    plans, scans = [], []
+def _redis_cpu(client: Any) -> float:
+    """Seconds of CPU the Redis server has used (`INFO cpu`)."""
+    cpu = client.info("cpu")
+    return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
+
+
+#: A sequential scan reading more rows than this (returned plus removed by its filter) is a full scan.
+SCAN_ROWS = 50_000
+
+
+def explain(connection: Any, queries: list[str]) -> tuple[list[dict[str, str]], list[str], float]:
+    """The plan of each query on a big table, the big tables any of them scans sequentially past `SCAN_ROWS` rows
+    (a Limit stops the others early), and their execution time as the database measured it."""
+    plans, scans, executing = [], [], 0.0
     with connection.cursor() as cursor:
         for sql in queries:
             if "mailqueue_" not in sql or not sql.lstrip().upper().startswith(("SELECT", "WITH")):
@@ -136,8 +157,22 @@ def explain(connection: Any, queries: list[str]) -> tuple[list[dict[str, str]], 
                 continue
             plan = "\n".join(str(row[-1]) for row in cursor.fetchall())
             plans.append({"sql": sql, "plan": plan})
-            scans += (SQLITE_SCANS if sqlite else BIG_TABLES).findall(plan)
-    return plans, sorted(set(scans))
+            if sqlite:
+                scans += SQLITE_SCANS.findall(plan)
+                continue
+            executing += sum(float(t) for t in re.findall(r"Execution Time: ([\d.]+) ms", plan))
+            lines = plan.splitlines()
+            for i, line in enumerate(lines):
+                scan = BIG_TABLES.search(line)
+                if not scan:
+                    continue
+                rows = re.search(r"actual time=[\d.]+\.\.[\d.]+ rows=(\d+) loops=(\d+)", line)
+                read = int(rows.group(1)) * int(rows.group(2)) if rows else 0
+                removed = re.match(r"\s*Rows Removed by Filter: (\d+)", lines[i + 1]) if i + 1 < len(lines) else None
+                read += int(removed.group(1)) if removed else 0
+                if read > SCAN_ROWS:
+                    scans.append(f"{scan.group(1)} ({read:,} rows)")
+    return plans, sorted(set(scans)), round(executing, 1)
 
 
 def main(argv: list[str] | None = None) -> int:
