@@ -115,7 +115,7 @@ def measure(store_kind: str, repeats: int, redis_url: str) -> list[dict[str, Any
             # Redis's own CPU time for the page (the server is the benchmark's own: nothing else runs on it)
             result["redis_ms"] = round((_redis_cpu(redis_client) - redis_cpu) * 1000, 1)
         result["sql_queries"] = len(captured.captured_queries)
-        result["plans"], result["seq_scans"], result["db_ms"] = explain(
+        result["plans"], result["seq_scans"], result["db_ms"], result["blocks"] = explain(
             connection, [q["sql"] for q in captured.captured_queries]
         )
         # server-side, whatever else the machine runs: this process's CPU and the database's (or Redis's) time
@@ -124,7 +124,7 @@ def measure(store_kind: str, repeats: int, redis_url: str) -> list[dict[str, Any
         print(
             f"{label:45} {result['median_ms']:8.1f} ms  cpu+db {result['cpu_db_ms']:7.1f} ms  load {result['load']:.2f}"
             + (f"  redis {result['redis_commands']} cmds" if "redis_commands" in result else "")
-            + f"  sql {result['sql_queries']}"
+            + f"  sql {result['sql_queries']} ({result['blocks']} blocks)"
             + (f"  SEQ SCAN {result['seq_scans']}" if result["seq_scans"] else ""),
             flush=True,
         )
@@ -141,10 +141,11 @@ def _redis_cpu(client: Any) -> float:
 SCAN_ROWS = 50_000
 
 
-def explain(connection: Any, queries: list[str]) -> tuple[list[dict[str, str]], list[str], float]:
+def explain(connection: Any, queries: list[str]) -> tuple[list[dict[str, str]], list[str], float, int]:
     """The plan of each query on a big table, the big tables any of them scans sequentially past `SCAN_ROWS` rows
-    (a Limit stops the others early), and their execution time as the database measured it."""
-    plans, scans, executing = [], [], 0.0
+    (a Limit stops the others early), their execution time as the database measured it, and the 8 KiB blocks
+    they touched (the work, whatever the machine's load)."""
+    plans, scans, executing, blocks = [], [], 0.0, 0
     with connection.cursor() as cursor:
         for sql in queries:
             if "mailqueue_" not in sql or not sql.lstrip().upper().startswith(("SELECT", "WITH")):
@@ -161,6 +162,8 @@ def explain(connection: Any, queries: list[str]) -> tuple[list[dict[str, str]], 
                 scans += SQLITE_SCANS.findall(plan)
                 continue
             executing += sum(float(t) for t in re.findall(r"Execution Time: ([\d.]+) ms", plan))
+            top = re.search(r"Buffers: shared(?: hit=(\d+))?(?: read=(\d+))?", plan)  # the top node's: the query's
+            blocks += sum(int(n) for n in top.groups() if n) if top else 0
             lines = plan.splitlines()
             for i, line in enumerate(lines):
                 scan = BIG_TABLES.search(line)
@@ -172,7 +175,7 @@ def explain(connection: Any, queries: list[str]) -> tuple[list[dict[str, str]], 
                 read += int(removed.group(1)) if removed else 0
                 if read > SCAN_ROWS:
                     scans.append(f"{scan.group(1)} ({read:,} rows)")
-    return plans, sorted(set(scans)), round(executing, 1)
+    return plans, sorted(set(scans)), round(executing, 1), blocks
 
 
 def main(argv: list[str] | None = None) -> int:

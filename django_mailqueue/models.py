@@ -47,8 +47,13 @@ class QueuedItem(models.Model):
             models.Index(
                 fields=["lease_expires"], name="mailqueue_item_leased", condition=Q(lease_expires__isnull=False)
             ),
-            # the admin's "deferred" filter, in its order
+            # the admin's "deferred" filter, in its order, of all queues and of one (the overview counts each)
             models.Index(fields=["next_attempt", "seq"], name="mailqueue_item_deferred", condition=Q(attempts__gt=0)),
+            models.Index(
+                fields=["queue", "next_attempt", "seq"],
+                name="mailqueue_item_queue_deferred",
+                condition=Q(attempts__gt=0),
+            ),
         ]
 
     def __str__(self) -> str:

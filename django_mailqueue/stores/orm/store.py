@@ -66,9 +66,11 @@ _ORDER_BY = {
     ItemOrder.OLDEST: ("seq",),
     ItemOrder.NEWEST: ("-seq",),
 }
+#: The states that are a range of next attempts (before now, after it): counted in the due index's order.
+_RANGES = (ItemState.DUE, ItemState.SCHEDULED)
 #: A search whose indexes find at most this many items lists them by key; more, it is tested on each row read
 #: in the list's order (where matches are that common, a page of them comes early).
-SEARCH_BOUND = 10_000
+SEARCH_BOUND = 3_000
 #: The dialect of each Django database vendor; any other vendor speaks the portable one.
 DIALECTS: dict[str, type[Dialect]] = {"sqlite": SqliteDialect, "postgresql": PostgresDialect}
 
@@ -459,8 +461,15 @@ class OrmStore(QueueStore):
     def count(self, query: ItemQuery | None = None, *, limit: int | None = None) -> int:
         with self._errors():
             rows = self._query(query)
+            if limit is None:
+                return rows.count()
+            if query is not None and query.state in _RANGES and query.domain is None and not query.search:
+                # in the list's order, so the database reads the due (or the queue's) index from its range's start
+                # up to `limit` entries: unordered it may scan the table from its start, and items added in time
+                # order keep the scheduled ones at its end
+                rows = rows.order_by("next_attempt", "seq")
             # sliced, Django counts a LIMITed subquery: the database stops at `limit` rows
-            return (rows if limit is None else rows[:limit]).count()
+            return rows[:limit].count()
 
     def iter_items(self, query: ItemQuery | None = None, *, batch: int = 500) -> Iterator[QueueItem]:
         """Resumes after the last (next_attempt, seq) read, on the index `list` orders by: no OFFSET to skip."""
