@@ -26,7 +26,7 @@ def escape_like(text: str) -> str:
 
 
 def trigram_indexes_present(conn: BaseDatabaseWrapper) -> bool:
-    """Whether every trigram index is in the database (made by migration 0009, or by hand later)."""
+    """Whether every trigram index is in the database (made by migration 0010, or by hand later)."""
     with conn.cursor() as cursor:
         cursor.execute(
             "SELECT count(*) FROM pg_indexes WHERE schemaname = ANY(current_schemas(false)) AND indexname = ANY(%s)",

@@ -15,7 +15,7 @@ from django_mailqueue.stores.orm.pg_search import TrigramSearchIndexes
 class Migration(migrations.Migration):
 
     dependencies = [
-        ("django_mailqueue", "0008_shaping"),
+        ("django_mailqueue", "0009_suppression"),
     ]
 
     operations = [
