@@ -99,7 +99,7 @@ class RedisShaping(QueueStore):
     def _defer(self, domains: Sequence[str], until: datetime, now: datetime) -> _Call[int]:
         check_defer(domains, until, now)
         wanted = sorted({domain.lower() for domain in domains})
-        candidates = [self.keys.items] if wanted else []
+        candidates = [self.keys.domain(domain) for domain in wanted]  # the admin's domain index
         args = [self.key_prefix, str(to_micros(until)), str(to_micros(now)), str(len(candidates)), *candidates, *wanted]
         keys = [self.keys.leases, self.keys.items, self.keys.queues]
         return _Call(scripts.DEFER_DESTINATION, keys, args, int)

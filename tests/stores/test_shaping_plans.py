@@ -99,3 +99,30 @@ def test_deferring_reads_indexes_only_on_sqlite() -> None:
     update = found[-1]
     assert "SEARCH mailqueue_item USING INTEGER PRIMARY KEY" in update, update
     assert "SCAN" not in update.replace("SCAN CONSTANT ROW", ""), update
+
+
+@pytest.mark.redis
+def test_deferring_on_redis_reads_the_domains_index_only(redis_url: str) -> None:
+    import redis
+
+    from django_mailqueue.stores.redis import RedisStore
+    from tests.support.redis_server import delete_prefix, unique_prefix
+
+    prefix = unique_prefix("defer")
+    store = RedisStore({"url": redis_url, "key_prefix": prefix})
+    try:
+        store.add_many(
+            [NewItem(sender="", recipients=(f"u{n}@elsewhere.test",), message=b"x\r\n") for n in range(300)], now=NOW
+        )
+        held = store.add_many(
+            [NewItem(sender="", recipients=(f"u{n}@d7.test",), message=b"x\r\n") for n in range(3)], now=NOW
+        )
+        with redis.Redis.from_url(redis_url) as admin:
+            before = admin.info("commandstats").get("cmdstat_hmget", {}).get("calls", 0)
+            assert defer(store) == 3
+            read = admin.info("commandstats")["cmdstat_hmget"]["calls"] - before
+        assert read == 3  # one item hash read for each item of d7.test, none of the 300 elsewhere
+        assert all(store.get(i.id).next_attempt == NOW + timedelta(minutes=5) for i in held)  # type: ignore[union-attr]
+    finally:
+        store.close()
+        delete_prefix(redis_url, prefix)
