@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -13,13 +12,12 @@ from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Field
 
+from .core.errors import Code, QueueError
 from .core.items import QueueItem, RecipientOutcome, RecipientState, address_domain
 from .models import DeliveryRecord
 from .stores.orm.pg_binding import binary_cursor
 from .stores.orm.sqlite_wait import wait_for_lock
 from .stores.orm.threads import DatabaseThreads, drop_if_broken
-
-logger = logging.getLogger("django_mailqueue")
 
 _STATE = {RecipientState.DELIVERED: "delivered", RecipientState.FAILED: "failed", RecipientState.PENDING: "deferred"}
 
@@ -87,19 +85,17 @@ class History:
                 cursor.execute(_insert_sql(conn, len(batch)), [value for row in batch for value in row])
 
     async def arecord(self, entries: Sequence[HistoryEntry]) -> None:
-        """Write the records; through a database blip, try again for about half a minute
-        before giving up (and saying so in the log)."""
-        delay = 0.2
-        for attempt in range(8):
-            try:
-                await self._threads.run(self.record, entries)
-                return
-            except DatabaseError:
-                if attempt == 7:
-                    logger.exception("delivery history could not be written (%d records lost)", len(entries))
-                    return
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 8.0)
+        """Write the records, committed, in one try; STORE_UNAVAILABLE when the database refused them
+        (the worker tries again: docs/reliability.md, "History before the outcome")."""
+        try:
+            await self._threads.run(self.record, entries)
+        except DatabaseError as exc:
+            reason = str(exc).splitlines()[0] if str(exc) else ""
+            raise QueueError(
+                Code.STORE_UNAVAILABLE,
+                f"the delivery history could not be written to the database {self.alias!r}: "
+                f"{type(exc).__name__}: {reason}",
+            ) from exc
 
     async def aclose(self) -> None:
         await asyncio.to_thread(self._threads.close)

@@ -404,15 +404,15 @@ class Worker:
         return original_header_block(original)
 
     async def _record(self, attempt: Attempt, outcome: AttemptOutcome) -> None:
-        """Write what `outcome` means (history rows, then the completion with its DSNs in one store
-        call) and tell it. A crash before the completion leaves the attempt unrecorded, and no DSN."""
+        """Write what `outcome` means (history rows, committed, then the completion with its DSNs in one
+        store call) and tell it. A crash before the completion leaves the attempt unrecorded, and no DSN;
+        a recorded outcome always has its history rows."""
         item = attempt.item
         record = decide(item, outcome, self.settings, now=self.clock.now(), rng=self.rng)
         if attempt.lost:
             return
-        if self.history is not None:
-            # Written first: a crash in between leaves a record of an attempt that is then made again.
-            await self._write_history_first(record.history())
+        if self.history is not None and not await self._write_history_first(attempt, record.history()):
+            return
         recorded, record = await self._complete(attempt, record)
         if recorded is False:
             return
@@ -493,8 +493,8 @@ class Worker:
                     await self._lease_ran_out(attempt)
                 return False, record
 
-    async def _lease_ran_out(self, attempt: Attempt) -> None:
-        """The store stayed out of reach until the attempt's lease ran out (or was about to): nothing
+    async def _lease_ran_out(self, attempt: Attempt, what: str = "the store") -> None:
+        """The store (or `what`) stayed out of reach until the attempt's lease ran out (or was about to): nothing
         is recorded and another attempt delivers the item again — LEASE_LOST, as for a stalled worker."""
         if attempt.lost:
             return  # lost earlier, and told then
@@ -504,7 +504,7 @@ class Worker:
         await self._error(
             QueueError(
                 Code.LEASE_LOST,
-                f"lost the lease on {item_id}: the store was out of reach until the lease ran out; nothing was "
+                f"lost the lease on {item_id}: {what} was out of reach until the lease ran out; nothing was "
                 "recorded, and the item will be delivered again",
                 item_id=item_id,
             ),
@@ -513,7 +513,8 @@ class Worker:
 
     async def _pause_to_retry(self, attempt: Attempt, exc: QueueError, retry: Retry) -> bool:
         """After a failed store write: when the store is out of reach and the lease will still hold
-        after the pause, tell the outage (once), pause (doubling up to 2 s) and say True."""
+        after the pause, tell the outage (once), pause (doubling up to 2 s, or a quarter of the lease: a
+        lease renewed meanwhile holds for as long as the outage) and say True."""
         lease = attempt.lease_expires or attempt.item.lease_expires
         if (
             exc.code != Code.STORE_UNAVAILABLE
@@ -526,7 +527,7 @@ class Worker:
             await self._error(exc, attempt.item.id)
             retry.told = True
         await asyncio.sleep(retry.delay)
-        retry.delay = min(retry.delay * 2, 2.0)
+        retry.delay = min(retry.delay * 2, 2.0, self.settings.lease / 4)
         return True
 
     def _landed_before(self, item: QueueItem, completion: Completion) -> QueueItem:
@@ -559,14 +560,28 @@ class Worker:
             return self._landed_before(item, completion)
         return None
 
-    async def _write_history_first(self, entries: Sequence[HistoryEntry]) -> None:
-        """Write `entries` (with other attempts' in one batch), waiting at most a quarter of the lease:
-        a slow database must not cost the lease. Past that the write goes on in the background."""
-        if not entries:
-            return
-        written = asyncio.gather(*(self._history.enqueue(entry) for entry in entries))
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(asyncio.shield(written), timeout=max(0.5, self.settings.lease / 4))
+    async def _write_history_first(self, attempt: Attempt, entries: Sequence[HistoryEntry]) -> bool:
+        """Write `entries` (with other attempts' in one batch), committed, before the outcome is recorded;
+        while the database refuses them, try again as long as the lease holds (renewed meanwhile). False
+        when it ran out first: nothing is recorded, LEASE_LOST is told. Duplicated, never missing:
+        docs/reliability.md, "History before the outcome"."""
+        retry, pending = Retry(), list(entries)
+        while pending:
+            answers = await asyncio.gather(*(self._history.enqueue(e) for e in pending), return_exceptions=True)
+            failed = [(entry, answer) for entry, answer in zip(pending, answers, strict=True) if answer is not None]
+            pending = [entry for entry, _ in failed]
+            if not failed:
+                return True
+            exc = failed[0][1]
+            if not isinstance(exc, QueueError):
+                raise exc
+            if await self._pause_to_retry(attempt, exc, retry):
+                continue
+            if not retry.told:
+                await self._error(exc, attempt.item.id)
+            await self._lease_ran_out(attempt, "the database of the delivery history")
+            return False
+        return True
 
     async def _write_history(self, entries: list[HistoryEntry]) -> list[None]:
         if self.history is not None:

@@ -8,6 +8,7 @@ fix cannot go unnoticed).
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 import uuid
 from datetime import datetime, timedelta
@@ -287,16 +288,19 @@ async def test_a_store_blip_while_recording_a_dsn_neither_loses_nor_doubles_it(a
 
 
 class CountsHistoryWhenRecording(MemoryStore):
-    """A memory store that notes, as each outcome is recorded, how many history records its item has:
-    what a crash right after the record would leave."""
+    """A memory store that notes, as each outcome is recorded, how many committed history records its item
+    has (read by another connection): what a SIGKILL right after the record would leave. `recording` is set
+    at the first."""
 
     def __init__(self) -> None:
         super().__init__()
         self.history_when_recorded: list[int] = []
+        self.recording = threading.Event()
 
     def complete(self, item_id: uuid.UUID, *, owner: str, revision: int, completion: Completion) -> QueueItem | None:
         from django_mailqueue.models import DeliveryRecord
 
+        self.recording.set()
         self.history_when_recorded.append(DeliveryRecord.objects.filter(item_id=item_id).count())
         return super().complete(item_id, owner=owner, revision=revision, completion=completion)
 
