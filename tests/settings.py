@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from tests.support.services import postgres_reachable
 
@@ -64,8 +64,8 @@ def database_from_url(url: str, engine: str, user: str, port: int) -> dict[str, 
     return {
         "ENGINE": engine,
         "NAME": (parts.path or "/test").lstrip("/"),
-        "USER": parts.username or user,
-        "PASSWORD": parts.password or "",
+        "USER": unquote(parts.username or user),
+        "PASSWORD": unquote(parts.password or ""),
         "HOST": parts.hostname or "127.0.0.1",
         "PORT": str(parts.port or port),
     }

@@ -10,6 +10,7 @@ from django.http import HttpRequest, HttpResponseBase, HttpResponseRedirect
 from django.urls import URLPattern, path, reverse
 
 from ..models import QueuedItem, QueueOverview
+from .readonly import ReadOnlyRows
 
 if TYPE_CHECKING:
     _ModelAdmin = admin.ModelAdmin[QueueOverview]
@@ -17,7 +18,7 @@ else:  # ModelAdmin is generic only in django-stubs
     _ModelAdmin = admin.ModelAdmin
 
 
-class OverviewEntryAdmin(_ModelAdmin):
+class OverviewEntryAdmin(ReadOnlyRows, _ModelAdmin):
     """Listed as **Queue overview** for whoever may view the queue; its one page sends them to the overview."""
 
     def _may_view_queue(self, request: HttpRequest) -> bool:
@@ -30,15 +31,6 @@ class OverviewEntryAdmin(_ModelAdmin):
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return self._may_view_queue(request)
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     def get_urls(self) -> list[URLPattern]:
         name = f"{self.opts.app_label}_{self.opts.model_name}_changelist"

@@ -73,6 +73,7 @@ from .listing import (
 )
 from .overview import hourly_outcomes
 from .preview import PREVIEW_CSP, MessagePreview, preview_message
+from .readonly import ReadOnlyRows
 from .suspensions import RESUME_PERMISSION, resume_view, suspension_rows
 
 #: Recipients named in a list row before "and N more".
@@ -114,23 +115,14 @@ class ItemRow:
     age_label: str
 
 
-class QueueAdmin(_ModelAdmin):
+class QueueAdmin(ReadOnlyRows, _ModelAdmin):
     """The queue's pages: the list, an item, the actions' forms and the overview (see docs/admin.md)."""
 
     list_per_page = 50
     #: where the pages read the time; tests may put a `FakeClock` here
     clock: Clock = SystemClock()
 
-    # --- Django's permissions: no add, change or delete of rows; views and actions ---------
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: QueuedItem | None = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: QueuedItem | None = None) -> bool:
-        return False
+    # --- Django's permissions: no add, change or delete of rows (ReadOnlyRows); views and actions ---
 
     def _require_view(self, request: HttpRequest) -> None:
         if not self.has_view_permission(request):

@@ -22,6 +22,7 @@ from ..models import DeliveryRecord
 from ..stores import get_store
 from .headers import secure_urls
 from .listing import id_prefix, wrappable
+from .readonly import ReadOnlyRows
 
 #: Records are counted to this many past the page shown (10 pages), never all of them: "more than 1,000".
 COUNT_AHEAD = 1_000
@@ -83,7 +84,7 @@ class TextFilter(admin.FieldListFilter):
         }
 
 
-class DeliveryRecordAdmin(_ModelAdmin):
+class DeliveryRecordAdmin(ReadOnlyRows, _ModelAdmin):
     """Every delivered, deferred and failed outcome the worker recorded, filterable and searchable."""
 
     # the route host under the reply, "possibly delivered" beside the state: the table fits 1,366 px
@@ -213,12 +214,3 @@ class DeliveryRecordAdmin(_ModelAdmin):
         # a range of the item_id index: a uuid compares as its hex digits do
         low, high = uuid.UUID(prefix.ljust(32, "0")), uuid.UUID(prefix.ljust(32, "f"))
         return queryset.filter(item_id__gte=low, item_id__lte=high), False
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False

@@ -20,10 +20,10 @@ from ..core.items import (
     ItemQuery,
     NewItem,
     QueueItem,
-    Recipient,
     Reply,
     Suppression,
     apply_completion,
+    as_added,
     matches,
 )
 from ..core.shaping import Suspension, forgotten, next_suspension, take_from_bucket
@@ -84,18 +84,7 @@ class MemoryStore(QueueStore):
 
     def _insert(self, new: NewItem, now: datetime) -> QueueItem:
         """Keep one checked item (under the lock), its id known to be free."""
-        due = new.not_before if new.not_before is not None and new.not_before > now else now
-        item = QueueItem(
-            id=new.id,
-            sender=new.sender,
-            recipients=tuple(Recipient(a) for a in new.recipients),
-            size=len(new.message),
-            created=now,
-            next_attempt=due,
-            queue=new.queue,
-            message_id=new.message_id,
-            subject=new.subject,
-        )
+        item = as_added(new, now, to_micros(now))
         self._items[item.id] = (next(self._seq), item)
         self._messages[item.id] = bytes(new.message)
         return item

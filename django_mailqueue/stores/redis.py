@@ -22,6 +22,7 @@ from ..core.items import (
     NewItem,
     QueueItem,
     apply_completion,
+    as_added,
 )
 from . import redis_connection as conn
 from . import redis_scripts as scripts
@@ -31,7 +32,6 @@ from .redis_clients import AsyncClient, RedisClients, SyncClient, T
 from .redis_layout import (
     LAYOUT_VERSION,
     Keys,
-    as_added,
     bytes_or_none,
     dump_recipients,
     item_args,

@@ -7,7 +7,6 @@ import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from ..core.clock import from_micros, to_micros
@@ -112,22 +111,6 @@ class Keys:
 
     def tried_domain(self, domain: str) -> str:
         return f"{self.prefix}tried_domain:{domain}"
-
-
-def as_added(new: NewItem, now: datetime, now_us: int) -> QueueItem:
-    """The item as `add` stores it, its times in whole microseconds as Redis keeps them."""
-    due_us = to_micros(new.not_before) if new.not_before is not None and new.not_before > now else now_us
-    return QueueItem(
-        id=new.id,
-        sender=new.sender,
-        recipients=tuple(Recipient(a) for a in new.recipients),
-        size=len(new.message),
-        created=from_micros(now_us),
-        next_attempt=from_micros(due_us),
-        queue=new.queue,
-        message_id=new.message_id,
-        subject=new.subject,
-    )
 
 
 def item_args(new: NewItem, item: QueueItem, now_us: int) -> builtins.list[scripts.Arg]:

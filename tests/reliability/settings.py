@@ -16,30 +16,23 @@ from __future__ import annotations
 
 import os
 from typing import Any
-from urllib.parse import unquote, urlsplit
 
 from tests.settings import *  # noqa: F403
-from tests.settings import DATABASES
+from tests.settings import DATABASES, database_from_url
 
 
-def database_from_url(url: str) -> dict[str, Any]:
-    """A Django DATABASES entry for a postgresql:// URL."""
-    parts = urlsplit(url)
+def postgres_from_url(url: str) -> dict[str, Any]:
+    """A `DATABASES` entry for a private server's postgresql:// URL: connections give up after 3 s."""
     return {
-        "ENGINE": "django.db.backends.postgresql",
-        "NAME": (parts.path or "/postgres").lstrip("/"),
-        "USER": unquote(parts.username or "postgres"),
-        "PASSWORD": unquote(parts.password or ""),
-        "HOST": parts.hostname or "127.0.0.1",
-        "PORT": str(parts.port or 5432),
+        **database_from_url(url, "django.db.backends.postgresql", "postgres", 5432),
         "OPTIONS": {"connect_timeout": 3},
     }
 
 
 if os.environ.get("MAILQUEUE_REL_PG_URL"):
-    DATABASES["faulty_pg"] = database_from_url(os.environ["MAILQUEUE_REL_PG_URL"])
+    DATABASES["faulty_pg"] = postgres_from_url(os.environ["MAILQUEUE_REL_PG_URL"])
 if os.environ.get("MAILQUEUE_REL_DEFAULT_URL"):
-    DATABASES["default"] = database_from_url(os.environ["MAILQUEUE_REL_DEFAULT_URL"])
+    DATABASES["default"] = postgres_from_url(os.environ["MAILQUEUE_REL_DEFAULT_URL"])
 
 if os.environ.get("MAILQUEUE_REL_SIGNAL_LOG"):
     from tests.settings import INSTALLED_APPS

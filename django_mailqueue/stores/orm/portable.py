@@ -14,11 +14,19 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import F, Q
 
 from ...core.clock import to_micros
-from ...core.items import NewItem, QueueItem, address_domain
+from ...core.items import NewItem, QueueItem, address_domain, as_added
 from ...core.shaping import refill, whole_tokens
 from ...models import QueuedItem, QueuedMessage, QueuedRecipient, RateBucket
 from .base import Dialect
-from .rows import ITEM_FIELDS, ITEM_WRITTEN, RECIPIENT_FIELDS, RECIPIENT_WRITTEN, ItemRow, RecipientRow, as_added
+from .rows import (
+    ITEM_FIELDS,
+    ITEM_WRITTEN,
+    RECIPIENT_FIELDS,
+    RECIPIENT_WRITTEN,
+    TEXT_LIMITS,
+    ItemRow,
+    RecipientRow,
+)
 
 
 def due(alias: str, lane: str | None, now_us: int) -> models.QuerySet[QueuedItem]:
@@ -55,7 +63,7 @@ class PortableDialect(Dialect):
     def add_rows(
         self, conn: BaseDatabaseWrapper, items: Sequence[NewItem], now: datetime, now_us: int
     ) -> builtins.list[QueueItem]:
-        added = [as_added(new, now, now_us) for new in items]
+        added = [as_added(new, now, now_us, text_limits=TEXT_LIMITS) for new in items]
         rows = [
             QueuedItem(
                 id=item.id,

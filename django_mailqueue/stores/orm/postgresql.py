@@ -19,14 +19,14 @@ from django.db.models import BooleanField, Expression, Q
 from django.db.models.expressions import RawSQL
 
 from ...core.clock import to_micros
-from ...core.items import NewItem, QueueItem, address_domain
+from ...core.items import NewItem, QueueItem, address_domain, as_added
 from ..base import READ_CHUNK
 from .base import HandWritten
 from .pg_binding import binary_cursor
 from .pg_listen import PgListener
 from .pg_search import MIN_INDEXED, escape_like, trigram_indexes_present
 from .portable import PortableDialect
-from .rows import ItemRow, RecipientRow, added_values, as_added
+from .rows import TEXT_LIMITS, ItemRow, RecipientRow, added_values
 from .statements import statement, with_rows
 from .threads import DatabaseThreads
 
@@ -83,7 +83,7 @@ class PostgresDialect(HandWritten, PortableDialect):
     def _insert(
         self, conn: BaseDatabaseWrapper, items: Sequence[NewItem], now: datetime, now_us: int
     ) -> builtins.list[QueueItem]:
-        result = [as_added(new, now, now_us) for new in items]
+        result = [as_added(new, now, now_us, text_limits=TEXT_LIMITS) for new in items]
         if len(items) == 1:
             # One item (every send_mail()): plain parameters, twice the rate of the general statement.
             (new,), (item,) = items, result

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from ...core.clock import from_micros, to_micros
 from ...core.errors import Code, QueueError
-from ...core.items import CompleteRequest, NewItem, QueueItem, Recipient, RecipientState, Reply, apply_completion
+from ...core.items import CompleteRequest, QueueItem, Recipient, RecipientState, Reply, apply_completion
 
 #: An item's row, its columns in this order.
 ITEM_FIELDS = (
@@ -155,20 +154,8 @@ def lease_fields(rows: Sequence[ItemRow]) -> set[tuple[Any, ...]]:
     return {(row[0], row[8], row[10]) for row in rows}
 
 
-def as_added(new: NewItem, now: datetime, now_us: int) -> QueueItem:
-    """The item as an add stores it: due at `now` unless it has a later `not_before`, texts cut to their columns."""
-    due = new.not_before if new.not_before is not None and new.not_before > now else now
-    return QueueItem(
-        id=new.id,
-        sender=new.sender,
-        recipients=tuple(Recipient(a) for a in new.recipients),
-        size=len(new.message),
-        created=from_micros(now_us),
-        next_attempt=from_micros(to_micros(due)),
-        queue=new.queue,
-        message_id=new.message_id[:998],
-        subject=new.subject[:255],
-    )
+#: The columns' lengths an added item's Message-ID and subject are cut to (`as_added`'s `text_limits`).
+TEXT_LIMITS = (998, 255)
 
 
 def added_values(item: QueueItem, now_us: int) -> list[Any]:

@@ -15,10 +15,10 @@ from django.db import DatabaseError
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 
-from ...core.items import NewItem, QueueItem, address_domain
+from ...core.items import NewItem, QueueItem, address_domain, as_added
 from .base import HandWritten
 from .portable import PortableDialect
-from .rows import ItemRow, RecipientRow, added_values, as_added
+from .rows import TEXT_LIMITS, ItemRow, RecipientRow, added_values
 from .sqlite_wait import wait_for_lock
 from .statements import statement, with_rows
 from .threads import DatabaseThreads
@@ -73,7 +73,7 @@ class SqliteDialect(HandWritten, PortableDialect):
                 chunk = items[start : start + ADD_CHUNK]
                 params: builtins.list[Any] = []
                 for new in chunk:
-                    item = as_added(new, now, now_us)
+                    item = as_added(new, now, now_us, text_limits=TEXT_LIMITS)
                     values = added_values(item, now_us)
                     values[0] = new.id.hex  # SQLite keeps a UUID as 32 hex digits
                     params += values
