@@ -1,0 +1,85 @@
+"""The DKIM signer's private-key operation through cryptography (`dkimpy_adapter`): the very signature
+`dkim.sign` writes, and it verifies with dkimpy's verifier and with Perl's Mail::DKIM, an independent one."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from unittest import mock
+
+import dkim
+import pytest
+
+from django_mailqueue import dkimpy_adapter
+from django_mailqueue.delivery.wire import normalize_line_endings
+from django_mailqueue.dkim import DEFAULT_HEADERS, DkimEntry, DkimSigner, load_key
+from tests.support.dns_server import DnsServer
+from tests.support.mail_dkim import mail_dkim_result, require_mail_dkim
+from tests.worker.test_dkim import ALGORITHMS, MESSAGES, changed_body_byte, publish, verifies
+
+SMTPUTF8 = (
+    "From: Jösé <jösé@origin.test>\r\nTo: Zoë <zoë@dest.test>\r\nSubject: Grüße aus Köln\r\n"
+    "Date: Tue, 01 Dec 2026 10:00:00 +0000\r\nMessage-ID: <1@origin.test>\r\nMIME-Version: 1.0\r\n"
+    "Content-Type: text/plain; charset=utf-8\r\nContent-Transfer-Encoding: 8bit\r\n\r\nHallo, Zoë!\r\n"
+).encode()
+KINDS = [*MESSAGES, "smtputf8"]
+#: a fixed signing time, so dkimpy's signature and ours can be compared byte for byte
+WHEN = 1_796_000_000
+
+
+def message(kind: str) -> bytes:
+    return SMTPUTF8 if kind == "smtputf8" else normalize_line_endings(MESSAGES[kind]().message().as_bytes())
+
+
+def signers(dns_server: DnsServer, tmp_path: Path, algorithm: str) -> tuple[DkimSigner, DkimSigner]:
+    """Signers of one new key, published: through the adapter, and dkimpy alone."""
+    entry = publish(dns_server, tmp_path, "origin.test", "mq1", algorithm)
+    key = load_key(DkimEntry("origin.test", "origin.test", "mq1", entry["PRIVATE_KEY"], algorithm))
+    return DkimSigner({"origin.test": key}), DkimSigner({"origin.test": key}, fast=False)
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_signature_is_dkimpys_own_byte_for_byte(
+    kind: str, algorithm: str, dns_server: DnsServer, tmp_path: Path
+) -> None:
+    fast, alone = signers(dns_server, tmp_path, algorithm)
+    assert fast.fast and not alone.fast
+    original = message(kind)
+    with mock.patch.object(dkim.time, "time", return_value=WHEN):  # dkimpy's t=, and the signer's
+        ours, dkimpys = fast.sign(original), alone.sign(original)
+    assert ours.startswith(b"DKIM-Signature: v=1; a=" + algorithm.encode())
+    assert ours == dkimpys
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_rsa_signature_verifies_with_mail_dkim_and_one_changed_body_byte_fails_it(
+    kind: str, dns_server: DnsServer, tmp_path: Path
+) -> None:
+    """Mail::DKIM, a verifier sharing no code with dkimpy (Perl, OpenSSL's RSA through Crypt::OpenSSL::RSA).
+    Debian 12's (1.20230212) has no Ed25519; an Ed25519 signature is dkimpy's own byte for byte (above), and
+    dkimpy's verifier passes it (tests/worker/test_dkim.py, over what the MX received)."""
+    require_mail_dkim()
+    signed = signers(dns_server, tmp_path, "rsa-sha256")[0].sign(message(kind))
+    changed = changed_body_byte(signed)
+
+    assert verifies(signed, dns_server)
+    assert mail_dkim_result(signed, dns_server.port) == "pass"
+    assert not verifies(changed, dns_server)
+    assert mail_dkim_result(changed, dns_server.port).startswith("fail\nfail (body has been altered)")
+
+
+def test_without_what_the_adapter_needs_dkimpy_signs_alone_and_says_so(
+    dns_server: DnsServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # a dkimpy release without one of the functions the adapter calls
+    monkeypatch.setattr(dkimpy_adapter, "_NEEDED", (*dkimpy_adapter._NEEDED, "hash_headers_v2"))
+    assert dkimpy_adapter.missing() == "dkimpy lacks hash_headers_v2"
+    with caplog.at_level(logging.WARNING, logger="django_mailqueue.dkim"):
+        slow = signers(dns_server, tmp_path, "ed25519-sha256")[0]
+    assert not slow.fast and "dkimpy lacks hash_headers_v2: dkimpy signs alone" in caplog.text
+    assert verifies(slow.sign(message("7bit")), dns_server)
+
+
+def test_the_default_headers_leave_out_what_dkimpy_refuses_to_sign() -> None:
+    assert not set(DEFAULT_HEADERS) & {h.decode() for h in dkim.DKIM.SHOULD_NOT}
