@@ -42,7 +42,8 @@ def plans(ctx: Context) -> list[tuple[str, Config, int]]:
         out.append(("deliver.4", cfg, 4))
     out += [("deliver.2", cfg, 2) for cfg in ctx.available([PO_SQLITE, PO_PG])]
     out += [(measure, cfg, 1) for measure in DKIM_MEASURES for cfg in ctx.available(OURS)]
-    return out
+    wanted = getattr(ctx.args, "measures", "")
+    return [plan for plan in out if not wanted or plan[0] in wanted.split(",")]
 
 
 def dkim_env(ctx: Context, measure: str) -> dict[str, str]:

@@ -285,7 +285,8 @@ def render(data: dict[str, Any]) -> str:
             w(f"| {procs} | {name} | {r.cell(measure, f'ours-{store}')} | — | — | {ratio(ours, best)} | — |")
     w("")
     w(
-        "The DKIM rows: ours signing every message (dkimpy) beside the peers' best unsigned rate "
+        "The DKIM rows: ours signing every message (dkimpy, its private-key operation through cryptography) "
+        "beside the peers' best unsigned rate "
         "(post-office's faster mode on either database for Redis)."
     )
     w("")

@@ -61,6 +61,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="a development aid: only these of ours,mailer,postoffice (comma-separated); the report then lacks "
         "the others' rows, so a full run never uses it",
     )
+    p.add_argument(
+        "--measures",
+        default="",
+        help="the delivery step's measures to run (comma-separated, e.g. deliver.1,deliver.1.dkim-rsa); with "
+        "--merge the others keep the previous run's numbers",
+    )
     p.add_argument("--keep", action="store_true", help="keep the servers' data directory")
     p.add_argument("--note", default=os.environ.get("BENCH_NOTE", ""), help="a line for RESULTS.md")
     p.add_argument(
