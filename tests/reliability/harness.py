@@ -172,6 +172,11 @@ class RelWorker:
     def running(self) -> bool:
         return self.process.poll() is None
 
+    @property
+    def started(self) -> bool:
+        """Its worker is up: the command's first line ("mailqueue: worker … on …") is out, its signals handled."""
+        return "mailqueue: worker " in self.stderr
+
     def send(self, signum: int) -> None:
         if self.running():
             self.process.send_signal(signum)
@@ -446,6 +451,12 @@ def run_fault_run(config: FaultRunConfig) -> FaultRunReport:
         report.duration = time.monotonic() - began
         for worker in live:
             worker.send(signal.SIGCONT)
+        # One started just before the end may still be loading Django (20 s and more on a loaded machine): a
+        # SIGTERM then ends a process that has no worker yet, by the signal, which says nothing of a stop.
+        up_by = time.monotonic() + 120
+        while time.monotonic() < up_by and not all(w.started or not w.running() for w in live):
+            time.sleep(0.5)
+        for worker in live:
             worker.send(signal.SIGTERM)
         for worker in live:
             try:
