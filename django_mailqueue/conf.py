@@ -22,6 +22,7 @@ from .routes import RelayRoute as RelayRoute
 from .routes import Route as Route
 from .routes import TlsMode as TlsMode
 from .routes import django_relay, parse_routes
+from .shaping import Shaping, parse_shaping
 from .suppression import SuppressionSettings, parse_suppression
 from .validation import InvalidValueError, Validator
 
@@ -95,6 +96,8 @@ class QueueSettings:
     #: which permanent failures list an address, and for how long; None: no suppression list
     suppression: SuppressionSettings | None = field(default_factory=SuppressionSettings)
     metrics_collector: bool = False
+    #: traffic shaping of MX destinations (and the rules and suspensions of relays)
+    shaping: Shaping = field(default_factory=Shaping)
 
     def __post_init__(self) -> None:
         if "*" not in self.routes:
@@ -412,6 +415,16 @@ KEYS: tuple[SettingKey, ...] = (
         _metrics_collector,
         "True: the queue's depth on the site's Prometheus /metrics (prometheus_client's default registry); "
         "needs django-mailqueue[prometheus]",
+    ),
+    SettingKey(
+        "SHAPING",
+        "shaping",
+        "mailqueue.E028",
+        {},
+        parse_shaping,
+        'MX destinations\' limits and throttling rules: recipient domain, ".suffix" (every destination whose MX '
+        'hosts are under it) or "*" -> RATE, CONNECTIONS, MESSAGES_PER_CONNECTION, RULES, DEFAULT_RULES, SUSPEND, '
+        "SUSPEND_MAX, DEAD_AFTER",
     ),
 )
 KEYS_BY_NAME = {k.name: k for k in KEYS}

@@ -9,12 +9,23 @@ from typing import Any, Literal
 from django.conf import settings as django_settings
 
 from . import validation as rules
+from .shaping import RELAY_LIMIT_KEYS, Limits, parse_limits
 from .validation import InvalidValueError
 
 TlsMode = Literal["starttls", "implicit", "none"]
 
 #: The keys a relay route takes.
-RELAY_KEYS = ("HOST", "PORT", "USERNAME", "PASSWORD", "TLS", "TIMEOUT", "SSL_CERTFILE", "SSL_KEYFILE")
+RELAY_KEYS = (
+    "HOST",
+    "PORT",
+    "USERNAME",
+    "PASSWORD",
+    "TLS",
+    "TIMEOUT",
+    "SSL_CERTFILE",
+    "SSL_KEYFILE",
+    *RELAY_LIMIT_KEYS,
+)
 
 
 @dataclass(frozen=True)
@@ -32,6 +43,8 @@ class RelayRoute:
     #: a client certificate (PEM) presented in the TLS handshake, and its key when not in the same file
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = None
+    #: RATE (shared by every worker), CONNECTIONS (per worker process), MESSAGES_PER_CONNECTION
+    limits: Limits = Limits()
 
     @property
     def kind(self) -> str:
@@ -118,6 +131,10 @@ def parse_relay(value: Mapping[str, Any], *, where: str, name: Callable[[str], s
         raise InvalidValueError(f"{where}: {name('USERNAME')} and {name('PASSWORD')} go together")
     if keyfile is not None and certfile is None:
         raise InvalidValueError(f"{where}: {name('SSL_KEYFILE')} needs {name('SSL_CERTFILE')}")
+    try:
+        limits = parse_limits(value)
+    except InvalidValueError as exc:
+        raise InvalidValueError(f"{where}: {exc}") from None
     return RelayRoute(
         host=host,
         port=port,
@@ -127,6 +144,7 @@ def parse_relay(value: Mapping[str, Any], *, where: str, name: Callable[[str], s
         timeout=timeout,
         ssl_certfile=certfile,
         ssl_keyfile=keyfile,
+        limits=limits,
     )
 
 

@@ -37,6 +37,9 @@ BAD_VALUES: dict[str, list[Any]] = {
         {"x.example": {"HOST": "h", "TIMEOUT": "10"}},
         {"x.example": {"HOST": "h", "SSL_KEYFILE": "/k.pem"}},
         {"x.example": {"HOST": "h", "SSL_CERTFILE": ""}},
+        {"x.example": {"HOST": "h", "RATE": "14 per second"}},
+        {"x.example": {"HOST": "h", "CONNECTIONS": 0}},
+        {"x.example": {"HOST": "h", "MESSAGES_PER_CONNECTION": 1.5}},
     ],
     "DNS": [
         ["127.0.0.1"],
@@ -77,6 +80,19 @@ BAD_VALUES: dict[str, list[Any]] = {
         {"DAYS": True},
         {"DAYS": 36501},
         {"KEEP": 3},
+    ],
+    "SHAPING": [
+        [],
+        {"*": {"RATE": "0/s"}},
+        {"*": {"RATE": "5/week"}},
+        {"gmail.com": {"CONNECTIONS": 0}},
+        {".": {}},
+        {"*": {"BURST": 3}},
+        {"*": {"RULES": [{"MATCH": "(", "SUSPEND": 60}]}},
+        {"*": {"RULES": [{"MATCH": "421"}]}},
+        {"*": {"SUSPEND": 600, "SUSPEND_MAX": 60}},
+        {"*": {"DEAD_AFTER": 0}},
+        {"*": {"DEFAULT_RULES": "no"}},
     ],
 }
 
