@@ -129,6 +129,8 @@ DEFAULT_RULES: tuple[ThrottleRule, ...] = (
     _rule(r"\b4\.7\.500\b.*server busy", 300),
     # Microsoft 365 SMTP submission: "4.5.127 Message submission rate for this client has exceeded"
     _rule(r"\b4\.5\.127\b|submission rate .* exceeded", 60),
+    # Microsoft 365 SMTP submission, over 3 connections: "432 4.3.2 STOREDRV.ClientSubmit; sender thread limit exceeded"
+    _rule(r"sender thread limit exceeded", 60),
     # Amazon SES: "454 Throttling failure: Maximum sending rate exceeded" / "Daily message quota exceeded"
     _rule(r"throttling failure: daily message quota exceeded", 3600),
     _rule(r"throttling failure: maximum sending rate exceeded", 5),

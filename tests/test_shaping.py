@@ -138,7 +138,9 @@ PROVIDERS = [
     (451, "4.7.650", "The mail server [192.0.2.1] has been temporarily rate limited due to IP reputation", 900),
     (454, "4.7.0", "Throttling failure: Maximum sending rate exceeded.", 5),
     (454, "4.7.0", "Throttling failure: Daily message quota exceeded.", 3600),
-    (432, "4.3.2", "STOREDRV.ClientSubmit; sender thread limit exceeded 4.5.127 submission rate exceeded", 60),
+    (432, "4.3.2", "STOREDRV.ClientSubmit; sender thread limit exceeded", 60),
+    (554, "5.2.0", "STOREDRV.Submission.Exception:SubmissionQuotaExceededException", None),
+    (421, "4.5.127", "Message submission rate for this client has exceeded the configured limit", 60),
 ]
 
 

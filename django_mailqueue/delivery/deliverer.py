@@ -17,9 +17,12 @@ from ..core.errors import Code, QueueError
 from ..core.items import RecipientOutcome, RecipientState, Reply
 from ..core.masking import SecretMask
 from ..core.observer import Observer
+from ..core.shaping import Suspension
 from ..dkim import DkimSigner
+from ..shaping import DestinationPolicy
 from . import replies
 from .addresses import EnvelopeAddress, parse_address, parse_sender
+from .destinations import DestinationGate, DestinationReport, suspended_reply, unreachable
 from .mta_sts import StsPolicies, StsPolicy
 from .resolver import DnsResolver, MailHost, MxResolver, Resolution, ip_literal
 from .smtp import SmtpTransport
@@ -46,6 +49,16 @@ class AttemptResult:
     errors: tuple[QueueError, ...] = ()
     started: datetime | None = None
     finished: datetime | None = None
+    #: what each destination's servers said, for traffic shaping
+    destinations: tuple[DestinationReport, ...] = ()
+
+    @property
+    def held_until(self) -> datetime | None:
+        """Nothing was tried, every destination being suspended: when the first suspension ends (else None)."""
+        ends = [d.suspended.until for d in self.destinations if d.suspended is not None]
+        if not ends or len(ends) < len(self.destinations) or any(o.state.final for o in self.outcomes):
+            return None
+        return min(ends)
 
     def by_state(self, state: RecipientState) -> tuple[RecipientOutcome, ...]:
         return tuple(o for o in self.outcomes if o.state is state)
@@ -74,6 +87,8 @@ class _Progress:
     errors: list[QueueError] = field(default_factory=list)
     #: the destination's task raised (a bug): what it left undecided is deferred as an internal error
     failed: bool = False
+    #: what its servers said, for traffic shaping
+    report: DestinationReport | None = None
 
     def add_error(self, error: QueueError) -> None:
         if all(str(e) != str(error) for e in self.errors):
@@ -94,7 +109,10 @@ class Deliverer:
     `deliver` never raises for a network, DNS or SMTP problem: everything
     becomes a recipient outcome. Sessions to different destinations run
     concurrently (at most `max_sessions` at once); the whole attempt —
-    DNS included — ends by `settings.timeouts.session`.
+    DNS included — ends by `settings.timeouts.session`. Each destination's
+    limits (`settings.shaping`, a relay's own) go to the transport with its
+    `Target`; with a `gate` (the worker's `Shaper`), a suspended destination
+    is not tried and a rate is kept.
     """
 
     def __init__(
@@ -109,8 +127,13 @@ class Deliverer:
         signer: DkimSigner | None = None,
         mta_sts: StsPolicies | None = None,
         observer: Observer | None = None,
+        gate: DestinationGate | None = None,
+        concurrency: int | None = None,
     ) -> None:
         self.settings = settings
+        self.gate = gate
+        #: the worker's slots, for the default CONNECTIONS of a destination
+        self._concurrency = concurrency or settings.concurrency
         self.clock = clock or SystemClock()
         self.transport: Transport = transport or SmtpTransport()
         self.resolver: MxResolver = resolver or DnsResolver(settings.dns)
@@ -192,8 +215,14 @@ class Deliverer:
                 possibly.add(address)
         if self.observer is not None:
             self.observer.attempt(loop.time() - began)
+        reports = tuple(p.report for p in progress.values() if p.report is not None)
         return AttemptResult(
-            tuple(outcomes), frozenset(possibly), tuple(errors), started=started, finished=self.clock.now()
+            tuple(outcomes),
+            frozenset(possibly),
+            tuple(errors),
+            started=started,
+            finished=self.clock.now(),
+            destinations=reports,
         )
 
     def _unfinished(self, progress: _Progress) -> Reply:
@@ -356,10 +385,21 @@ class Deliverer:
                 reply = replies.own_reply(replies.TLS_FAILED, f"{sts.describe()} lists none of the MX hosts")
                 decide_all(reply, RecipientState.PENDING)
                 return
+        shaped = self._policy(dest, hosts)
+        held = await self._enter(shaped, deadline)
+        if held is not None:
+            decide_all(suspended_reply(held), RecipientState.PENDING)
+            progress.report = DestinationReport(shaped, dest.name, suspended=held)
+            return
         last: Reply | None = None
         last_host = ""
+        seen: list[Reply] = []
         for host, address in _addresses(hosts, self.settings.mx_address_limit):
             if loop.time() >= deadline:
+                break
+            held = self.gate.suspended(shaped.key) if self.gate is not None else None
+            if held is not None:  # another attempt was told to slow down meanwhile: no new session
+                last = suspended_reply(held)
                 break
             target = Target(
                 host=host,
@@ -372,6 +412,9 @@ class Deliverer:
                 deadline=deadline,
                 username=username,
                 password=password,
+                destination=shaped.key,
+                connections=shaped.limits.connections,
+                messages_per_connection=shaped.limits.messages_per_connection,
             )
             began = loop.time()
             if sts is None:
@@ -384,6 +427,7 @@ class Deliverer:
                 progress.add_error(error)
             if report.next_host is not None and not report.outcomes:
                 last, last_host = report.next_host, host
+                seen.append(report.next_host)
                 continue
             for recipient, outcome in report.outcomes.items():
                 progress.outcomes.setdefault(recipient, outcome)
@@ -393,11 +437,37 @@ class Deliverer:
             )
             decide_all(missing, RecipientState.PENDING, host)
             _log_destination(dest.name, target.label, recipients, progress)
+            decided = [progress.outcomes[r] for r in recipients if r in progress.outcomes]
+            seen.extend(o.reply for o in decided)
+            delivered = any(o.state is RecipientState.DELIVERED for o in decided)
+            progress.report = DestinationReport(shaped, dest.name, tuple(seen), delivered=delivered)
             return
         if last is None:
             last = replies.own_reply(replies.NO_ANSWER, f"attempt deadline passed before {dest.name} was tried")
         decide_all(last, replies.state_of(last) if last.status.startswith("5") else RecipientState.PENDING, last_host)
+        progress.report = DestinationReport(shaped, dest.name, tuple(seen), unreachable=unreachable(seen))
         logger.info("%s: no server took the mail: %s", dest.name, last)
+
+    def _policy(self, dest: _Destination, hosts: tuple[MailHost, ...]) -> DestinationPolicy:
+        """The destination's shaping policy: a relay's own limits, or SHAPING's for the domain and its MX hosts."""
+        route, shaping = dest.route, self.settings.shaping
+        if isinstance(route, RelayRoute):
+            policy = shaping.relay_policy(route.host, route.port, route.limits)
+        else:
+            policy = shaping.mx_policy(dest.name, [h.name for h in hosts], concurrency=self._concurrency)
+        if self.gate is not None:
+            self.gate.learn(dest.recipients[0].domain, policy)
+        return policy
+
+    async def _enter(self, policy: DestinationPolicy, deadline: float) -> Suspension | None:
+        """The destination's suspension, else None once its rate allows the message (within the deadline)."""
+        if self.gate is None:
+            return None
+        try:
+            async with asyncio.timeout_at(deadline):
+                return await self.gate.enter(policy)
+        except TimeoutError:
+            return None  # the sessions find the deadline passed
 
     async def _send(self, target: Target, envelope: Envelope) -> SessionReport:
         try:

@@ -27,6 +27,8 @@ CONNECTION_DROPPED = "4.4.2"
 DNS_TEMPORARY = "4.4.3"
 #: No MX host of the domain has an address (deferred, not bounced).
 UNROUTABLE = "4.4.4"
+#: Not tried: the destination is suspended (traffic shaping: it said "slow down", or is dead).
+SUSPENDED = "4.4.5"
 #: The server said something that is not an SMTP reply.
 MALFORMED = "4.5.0"
 #: AUTH could not be done on a relay (no mechanism offered, credentials refused).
@@ -139,6 +141,7 @@ __all__ = [
     "NO_ANSWER",
     "NO_SUCH_DOMAIN",
     "NULL_MX",
+    "SUSPENDED",
     "TLS_FAILED",
     "TLS_NOT_OFFERED",
     "TOO_BIG",

@@ -51,6 +51,10 @@ class Idle:
     tls_active: bool
     opened: float
     idle_since: float
+    #: messages the connection has carried
+    messages: int = 0
+    #: the shaping key of the destination it was last used for (its CONNECTIONS count it while idle)
+    destination: str = ""
 
 
 _Opportunistic = Literal["tls", "plain", "retry", "next"]
@@ -81,6 +85,8 @@ class Session:
         self.smtp: aiosmtplib.SMTP | None = cached.smtp if cached else None
         self.tls_active = cached.tls_active if cached else False
         self.opened = cached.opened if cached else asyncio.get_running_loop().time()
+        #: messages the connection carried before this session's (MESSAGES_PER_CONNECTION)
+        self.carried = cached.messages if cached else 0
         #: a MAIL FROM was answered in this session (a cached connection is alive)
         self.answered = False
         #: the last transaction had no recipient accepted: the server counts errors, do not keep it
@@ -185,7 +191,14 @@ class Session:
         assert self.smtp is not None
         smtp, self.smtp = self.smtp, None
         loop_time = asyncio.get_running_loop().time()
-        return Idle(smtp=smtp, tls_active=self.tls_active, opened=self.opened, idle_since=loop_time)
+        return Idle(
+            smtp=smtp,
+            tls_active=self.tls_active,
+            opened=self.opened,
+            idle_since=loop_time,
+            messages=self.carried + 1,
+            destination=self.target.destination,
+        )
 
     async def quit(self) -> None:
         if self.smtp is None or not self.smtp.is_connected:

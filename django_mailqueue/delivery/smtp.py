@@ -3,13 +3,17 @@
 One `send` is one session to one server address (`session.Session`: the
 conversation; `transaction`: the message's transactions), under the
 attempt's deadline, on a cached connection when one is idle for that
-address, at most `destination_concurrency` at once to one address.
+address, at most `destination_concurrency` at once to one address, at most
+`Target.connections` open at once to one destination (its shaping key, idle
+cached ones included), and at most `Target.messages_per_connection` messages
+on one connection.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 
 from . import aiosmtplib_adapter
 from .aiosmtplib_adapter import Access
@@ -56,6 +60,9 @@ class SmtpTransport:
         #: one timer a server address closes its pool's connections idle past `cache_time` with
         self._expiry: dict[_CacheKey, asyncio.TimerHandle] = {}
         self._limits: dict[tuple[str, int], asyncio.Semaphore] = {}
+        #: sessions at once per destination (shaping key), with `Target.connections`
+        self._destinations: dict[str, asyncio.Semaphore] = {}
+        self._busy: Counter[str] = Counter()
         #: QUITs to connections leaving the cache, said in the background (`aclose` waits for them)
         self._quitting: set[asyncio.Task[None]] = set()
         #: how sessions use aiosmtplib (`aiosmtplib_adapter`: its private parts, or its public API only)
@@ -66,19 +73,38 @@ class SmtpTransport:
     def _key(target: Target) -> _CacheKey:
         return (target.address, target.port, target.tls, target.username, target.helo_name, id(target.tls_context))
 
-    def _take(self, key: _CacheKey) -> Idle | None:
+    def _take(self, key: _CacheKey, target: Target) -> Idle | None:
         now = asyncio.get_running_loop().time()
         pool = self._idle.get(key)
+        per_connection = target.messages_per_connection
         while pool:
             idle = pool.pop()
             if (
                 now - idle.idle_since <= self.cache_time
                 and now - idle.opened <= self.reuse_time
+                and (per_connection is None or idle.messages < per_connection)
                 and idle.smtp.is_connected
             ):
                 return idle
             self._retire(idle)
         return None
+
+    def _make_room(self, target: Target) -> None:
+        """Before a new connection to a destination at its CONNECTIONS: close its idle ones, the oldest
+        first, so the open ones (in use and idle) stay within the limit."""
+        if target.connections is None:
+            return
+        idle = sorted(
+            (i for pool in self._idle.values() for i in pool if i.destination == target.destination),
+            key=lambda i: i.idle_since,
+        )
+        while idle and self._busy[target.destination] + len(idle) > target.connections:
+            oldest = idle.pop(0)
+            for pool in self._idle.values():
+                if oldest in pool:
+                    pool.remove(oldest)
+                    break
+            self._retire(oldest)
 
     def _keep(self, key: _CacheKey, idle: Idle) -> None:
         pool = self._idle.setdefault(key, [])
@@ -110,15 +136,29 @@ class SmtpTransport:
         task.add_done_callback(self._quitting.discard)
 
     async def send(self, target: Target, envelope: Envelope) -> SessionReport:
+        if target.connections is None:
+            return await self._send_to_address(target, envelope)
+        slots = self._destinations.get(target.destination)
+        if slots is None:
+            slots = self._destinations[target.destination] = asyncio.Semaphore(target.connections)
+        async with slots:
+            self._busy[target.destination] += 1
+            try:
+                return await self._send_to_address(target, envelope)
+            finally:
+                self._busy[target.destination] -= 1
+
+    async def _send_to_address(self, target: Target, envelope: Envelope) -> SessionReport:
         limit = self._limits.setdefault((target.address, target.port), asyncio.Semaphore(self.destination_concurrency))
         async with limit:
             key = self._key(target)
-            cached = self._take(key)
+            cached = self._take(key, target)
             if cached is not None:
                 report = await self._send(target, envelope, cached, key)
                 if not report.stale_connection:
                     return report
                 logger.debug("cached connection to %s was closed; opening a new one", target.label)
+            self._make_room(target)
             return await self._send(target, envelope, None, key)
 
     async def _send(self, target: Target, envelope: Envelope, cached: Idle | None, key: _CacheKey) -> SessionReport:
@@ -139,7 +179,10 @@ class SmtpTransport:
             if keep is None:
                 session.close()
         if keep is not None:
-            self._keep(key, keep)
+            if target.messages_per_connection is not None and keep.messages >= target.messages_per_connection:
+                self._retire(keep)  # MESSAGES_PER_CONNECTION: the next message opens a new one
+            else:
+                self._keep(key, keep)
         return report
 
     async def aclose(self) -> None:

@@ -55,6 +55,10 @@ class Target:
     #: relay credentials: AUTH is sent only over TLS, or when the route says TLS "none"
     username: str | None = None
     password: str | None = field(default=None, repr=False)
+    #: the destination's shaping key, and its limits in this process (None: none)
+    destination: str = ""
+    connections: int | None = None
+    messages_per_connection: int | None = None
 
     @property
     def label(self) -> str:

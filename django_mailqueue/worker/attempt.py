@@ -12,6 +12,7 @@ from ..core.items import QueueItem, Suppression
 
 if TYPE_CHECKING:
     from ..delivery import AttemptResult
+    from .shaper import Ticket
 
 
 class AttemptDeliverer(Protocol):
@@ -41,6 +42,8 @@ class Attempt:
     #: pending recipients on the suppression list, as claimed (worker/suppression.py); None: not known,
     #: the look-up failed
     listed: dict[str, Suppression] | None = field(default_factory=dict)
+    #: its destinations' connection slots and tokens (traffic shaping), while it delivers
+    ticket: Ticket | None = None
 
 
 @dataclass

@@ -30,6 +30,7 @@ from ..core.items import (
 from ..core.observer import Observer
 from ..history import History, HistoryEntry
 from ..stores.base import QueueStore
+from .admission import ShapingSteps
 from .attempt import PREFETCH_SIZE, Attempt, AttemptDeliverer, Retry
 from .batching import Batcher
 from .dsn import original_header_block
@@ -37,6 +38,7 @@ from .events import Event, tell
 from .flow import RECORD_LINGER, Flow
 from .log_limit import LogLimit
 from .record import AttemptOutcome, Record, decide, message_lost, reclaimed_too_often
+from .shaper import TICKET, Shaper
 from .suppression import NOTHING_TRIED, listed_outcomes, look_up
 
 logger = logging.getLogger("django_mailqueue")
@@ -53,6 +55,10 @@ class WorkerStats:
     dsns: int = 0
     leases_lost: int = 0
     given_back: int = 0
+    #: items recorded without an attempt, their destinations being suspended
+    held: int = 0
+    #: destinations this worker suspended
+    suspended: int = 0
     errors: list[str] = field(default_factory=list)
 
 
@@ -60,7 +66,7 @@ def default_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
-class Worker:
+class Worker(ShapingSteps):
     """Delivers the queue of `store` until stopped (or, with `once`, until nothing is due).
 
     One asyncio loop holds up to `concurrency` attempts in flight. The store is
@@ -85,6 +91,7 @@ class Worker:
         history: History | None = None,
         close_store: bool = False,
         observer: Observer | None = None,
+        shaper: Shaper | None = None,
     ) -> None:
         self.store = store
         self.settings = settings
@@ -92,8 +99,11 @@ class Worker:
         if deliverer is None:
             from .factory import smtp_deliverer
 
-            deliverer = smtp_deliverer(settings, clock=self.clock, observer=observer)
+            shaper = shaper or Shaper(settings, store, clock=self.clock, concurrency=concurrency)
+            deliverer = smtp_deliverer(settings, clock=self.clock, observer=observer, shaper=shaper)
         self.deliverer = deliverer
+        #: traffic shaping (None: none, e.g. a scripted deliverer's worker)
+        self.shaper = shaper
         #: told what happened, in the loop (the Prometheus metrics): see core/observer.py
         self.observer = observer
         self.owner = owner or default_owner()
@@ -115,6 +125,10 @@ class Worker:
         self._running: set[asyncio.Task[None]] = set()
         #: set when a slot frees or an attempt ends: the loop may start or claim more
         self._changed = asyncio.Event()
+        #: items waiting for a destination at its limit (traffic shaping): they hold no slot
+        self._blocked = 0
+        if shaper is not None:
+            shaper.wake = self._changed.set
         self._wake: asyncio.Task[bool] | None = None
         self._completions: Batcher[CompleteRequest, QueueItem | None | QueueError] = Batcher(
             self.store.acomplete_many,
@@ -169,6 +183,8 @@ class Worker:
                 with contextlib.suppress(BaseException):
                     await self._wake
             await self.deliverer.aclose()
+            if self.shaper is not None:
+                await self.shaper.aclose()
             if self.history is not None:
                 await self.history.aclose()
             if self.close_store:
@@ -178,10 +194,14 @@ class Worker:
     async def _loop(self) -> None:
         while not self._stopping.is_set():
             self._changed.clear()
+            if self.shaper is not None:
+                self.shaper.refresh_soon()
             self._start_waiting()
-            room = self._flow.room(len(self._held))
+            # Items waiting for a destination at its limit do not take the room of others (up to the prefetch).
+            free = min(self._blocked, self._flow.prefetch)
+            room = self._flow.room(len(self._held) - free)
             claimed: list[QueueItem] = []
-            if self._flow.claim_now(room, len(self._waiting)):
+            if self._flow.claim_now(room, len(self._waiting) - self._blocked):
                 claimed = await self._claim(room)
                 self._start_waiting()
             if claimed:
@@ -200,6 +220,8 @@ class Worker:
             await self._error(exc, None)
             await self._sleep(min(5.0, self.settings.poll_interval))
             return []
+        if self.shaper is not None and claimed and self.shaper.stale:
+            await self.shaper.refresh()  # the claimed items are admitted against a fresh view
         attempts = [Attempt(item) for item in claimed]
         for attempt in attempts:
             self.stats.claimed += 1
@@ -218,23 +240,6 @@ class Worker:
                     attempt.message, attempt.prefetched = found.get(attempt.item.id), True
         return claimed
 
-    def _start_waiting(self) -> None:
-        while self._waiting and not self._stopping.is_set():
-            attempt = self._waiting[0]
-            if attempt.lost:
-                self._waiting.popleft()
-                continue
-            cost = self._flow.cost(attempt.item.size)
-            if not self._flow.may_start(cost):
-                break
-            self._waiting.popleft()
-            attempt.cost = cost
-            self._flow.start(cost)
-            task = asyncio.create_task(self._attempt(attempt), name=f"mailqueue-attempt-{attempt.item.id}")
-            attempt.task = task
-            self._running.add(task)
-            task.add_done_callback(self._attempt_ended)
-
     def _attempt_ended(self, task: asyncio.Task[None]) -> None:
         self._running.discard(task)
         self._changed.set()
@@ -246,6 +251,9 @@ class Worker:
         attempt.recording = True
         self._flow.end_delivery(attempt.cost)
         attempt.cost, attempt.message = 0, None
+        if attempt.ticket is not None and self.shaper is not None:
+            self.shaper.release(attempt.ticket)
+            attempt.ticket = None
         self._changed.set()
 
     async def _idle(self, can_claim: bool) -> None:
@@ -376,10 +384,12 @@ class Worker:
             return
         listed = attempt.listed  # on the suppression list: failed at once, not tried
         unlisted = [r.address for r in pending if r.address not in listed]
+        TICKET.set(attempt.ticket)
         result = await self.deliverer.deliver(item.sender, unlisted, message) if unlisted else NOTHING_TRIED
         outcomes = (*listed_outcomes(listed), *result.outcomes)
         headers = self._end_delivery_keeping_headers(attempt, outcomes, message)
         del message
+        retry_at = await self._shape(result.destinations)
         await self._record(
             attempt,
             AttemptOutcome(
@@ -388,6 +398,8 @@ class Worker:
                 errors=tuple(result.errors),
                 headers=headers,
                 listed=frozenset(listed),
+                held_until=result.held_until,
+                retry_at=retry_at,
             ),
         )
 
@@ -441,10 +453,12 @@ class Worker:
         for lost in record.replies_lost:
             logger.warning("error item=%s %s", item.id, lost)  # an operator's grep finds the duplicate window
         for decided in record.decided:
-            self._log(item, decided)
+            if not (record.held and decided.state is RecipientState.PENDING):
+                self._log(item, decided)
         self.stats.delivered += record.count(RecipientState.DELIVERED)
         self.stats.failed += record.count(RecipientState.FAILED)
-        self.stats.deferred += record.count(RecipientState.PENDING)
+        if not record.held:
+            self.stats.deferred += record.count(RecipientState.PENDING)
         if with_dsns:
             for note in record.dsns:
                 self.stats.dsns += 1

@@ -13,20 +13,34 @@ from ..stores import get_store
 from ..stores.base import QueueStore
 from .engine import Worker
 from .memory import release_large_buffers
+from .shaper import Shaper
 
 if TYPE_CHECKING:
     from ..delivery import Deliverer
 
 
 def smtp_deliverer(
-    settings: QueueSettings, *, clock: Clock | None = None, observer: Observer | None = None
+    settings: QueueSettings,
+    *,
+    clock: Clock | None = None,
+    observer: Observer | None = None,
+    shaper: Shaper | None = None,
 ) -> Deliverer:
-    """The delivery stack of `settings`: routes, MX lookups, SMTP sessions cached between attempts."""
+    """The delivery stack of `settings`: routes, MX lookups, SMTP sessions cached between attempts, and the
+    worker's traffic shaping when `shaper` is given."""
     from ..delivery import Deliverer
     from ..delivery.smtp import CACHE_TIME, SmtpTransport
 
     transport = SmtpTransport(cache_time=CACHE_TIME)
-    return Deliverer(settings, clock=clock or SystemClock(), transport=transport, observer=observer)
+    concurrency = shaper.concurrency if shaper is not None else None
+    return Deliverer(
+        settings,
+        clock=clock or SystemClock(),
+        transport=transport,
+        observer=observer,
+        gate=shaper,
+        concurrency=concurrency,
+    )
 
 
 def build_worker(
@@ -58,10 +72,14 @@ def build_worker(
     if release_memory:
         release_large_buffers()
     history = History(history_alias(store)) if settings.history_days > 0 else None
+    clock = SystemClock()
+    shaper = Shaper(settings, store, clock=clock, concurrency=concurrency)
     return Worker(
         store=store,
         settings=settings,
-        deliverer=smtp_deliverer(settings, observer=observer),
+        deliverer=smtp_deliverer(settings, clock=clock, observer=observer, shaper=shaper),
+        clock=clock,
+        shaper=shaper,
         owner=owner,
         queues=queues,
         concurrency=concurrency,

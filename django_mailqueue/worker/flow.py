@@ -85,6 +85,10 @@ class Flow:
         self.bytes_in_flight -= cost
         self.recording += 1
 
+    def hold(self) -> None:
+        """An item recorded without an attempt (its destinations are suspended): no slot, no bytes."""
+        self.recording += 1
+
     def end_recording(self) -> None:
         self.recording -= 1
 

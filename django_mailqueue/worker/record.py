@@ -35,6 +35,10 @@ class AttemptOutcome:
     message_lost: bool = False
     #: recipients the suppression list failed (not tried): not listed again
     listed: frozenset[str] = frozenset()
+    #: no attempt was made (its destinations are suspended): it waits until then, no attempt counted
+    held_until: datetime | None = None
+    #: a destination of it is suspended: it is tried again at the suspension's end, not by RETRY_DELAYS
+    retry_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,8 @@ class Record:
     problems: tuple[QueueError, ...]
     #: a lost reply after the end of data, one per recipient: logged and told as `error`
     replies_lost: tuple[QueueError, ...]
+    #: no attempt was made (its destinations are suspended): no history row, no `deferred` signal for it
+    held: bool = False
 
     def without_dsns(self) -> Record:
         """This record with no DSN (the store had no room for them)."""
@@ -81,6 +87,7 @@ class Record:
                 possibly_delivered=o.address in self.possibly_delivered,
             )
             for o in self.outcomes
+            if not (self.held and o.state is RecipientState.PENDING)
         ]
 
     def count(self, state: RecipientState) -> int:
@@ -103,7 +110,7 @@ class Record:
                 events.append((signals.delivered, kwargs))
             elif decided.state is RecipientState.FAILED:
                 events.append((signals.failed, kwargs))
-            else:
+            elif not self.held:
                 events.append((signals.deferred, {**kwargs, "next_attempt": self.completion.next_attempt}))
         if with_dsns:
             for note in self.dsns:
@@ -124,8 +131,10 @@ def decide(
     """What `outcome` means for `item` at `now`: pending recipients fail past `MAX_LIFETIME`, the next
     attempt follows the retry schedule, DSNs are due for recipients newly failed (and, once, for
     those still pending after `DELAY_WARNING`), and those failed with a status of `SUPPRESSION` go on
-    the suppression list."""
-    number = item.attempts + 1
+    the suppression list. An outcome `held_until` a suspension's end counts no attempt and is due then;
+    one with `retry_at` is due then (not by the retry schedule), its attempt counted."""
+    held = outcome.held_until is not None
+    number = item.attempts + (0 if held else 1)
     outcomes = outcome.outcomes
     if expired(settings, created=item.created, now=now):
         outcomes = tuple(
@@ -138,7 +147,9 @@ def decide(
         and not item.delay_warned
         and delay_warning_due(settings, created=item.created, now=now)
     )
-    next_attempt = next_attempt_after(settings, now=now, attempts=number, rng=rng)
+    next_attempt = (
+        outcome.held_until or outcome.retry_at or next_attempt_after(settings, now=now, attempts=number, rng=rng)
+    )
     by_address = {o.address: o for o in outcomes}
     decided = tuple(by_address[r.address] for r in item.pending if r.address in by_address)
     newly_failed = tuple(_as_kept(o) for o in decided if o.state is RecipientState.FAILED)
@@ -152,6 +163,7 @@ def decide(
     completion = Completion(
         outcomes,
         next_attempt=next_attempt,
+        count_attempt=not held,
         delay_warned=warn,
         dsns=tuple(note.item for note in dsns),
         now=now if dsns else None,
@@ -171,6 +183,7 @@ def decide(
         problems=tuple(problems),
         replies_lost=tuple(_reply_lost(item.id, address) for address in sorted(outcome.possibly_delivered)),
         recorded_at=now,
+        held=held,
     )
 
 

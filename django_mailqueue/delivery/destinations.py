@@ -1,0 +1,65 @@
+"""What an attempt tells about each destination it tried (for traffic shaping), and what it asks of the shaper."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from ..core.items import Reply
+from ..core.shaping import Suspension
+from ..shaping import DestinationPolicy
+from . import replies
+
+
+@dataclass(frozen=True)
+class DestinationReport:
+    """One destination of an attempt: the replies its servers gave, and whether any took mail or answered."""
+
+    policy: DestinationPolicy
+    #: the recipient domain (MX routes) or the relay's host
+    name: str
+    #: the servers' replies and the queue's own about them (a skipped host's, each recipient's), in order
+    replies: tuple[Reply, ...] = ()
+    #: a recipient of it was delivered
+    delivered: bool = False
+    #: servers were tried and none answered at all (refused, timed out, no greeting)
+    unreachable: bool = False
+    #: not tried: it is suspended (its recipients wait for the end)
+    suspended: Suspension | None = None
+
+
+def unreachable(skipped: Sequence[Reply]) -> bool:
+    """Whether the replies of the hosts an attempt skipped say no server answered at all: each is the queue's
+    own (no code) "no answer" or "connection dropped" — never a server's reply, a TLS or a DNS problem."""
+    return bool(skipped) and all(
+        r.code is None and r.status in (replies.NO_ANSWER, replies.CONNECTION_DROPPED) for r in skipped
+    )
+
+
+def suspended_reply(suspension: Suspension) -> Reply:
+    """The reply of a recipient not tried because its destination is suspended."""
+    return replies.own_reply(
+        replies.SUSPENDED,
+        f"{suspension.destination} is suspended until {suspension.until:%Y-%m-%d %H:%M:%S} UTC after: "
+        f"{suspension.reply}",
+    )
+
+
+class DestinationGate(Protocol):
+    """What the `Deliverer` asks of the worker's traffic shaping (`worker.shaper.Shaper`)."""
+
+    def learn(self, domain: str, policy: DestinationPolicy) -> None:
+        """The destination `domain` belongs to, now its MX hosts are known (MX rollup)."""
+        ...
+
+    def suspended(self, key: str) -> Suspension | None:
+        """The suspension in force for a shaping key, as this worker knows it (no I/O)."""
+        ...
+
+    async def enter(self, policy: DestinationPolicy) -> Suspension | None:
+        """Before the destination's sessions: its suspension, else None once its rate allows one more message."""
+        ...
+
+
+__all__ = ["DestinationGate", "DestinationReport", "suspended_reply", "unreachable"]

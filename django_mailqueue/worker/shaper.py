@@ -1,0 +1,383 @@
+"""Traffic shaping at run time: a worker's connection slots, its tokens from the store, its view of suspensions.
+
+The decisions are `shaping.py`'s; this module holds the state one worker
+process keeps to apply them cheaply — no store round trip per message:
+tokens come from the store's bucket a few at a time, suspensions from a
+local view refreshed at most every `VIEW_TTL` seconds (and at once by this
+worker's own suspensions). docs/shaping.md says how it behaves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from collections.abc import Callable, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from ..conf import QueueSettings, RelayRoute
+from ..core.clock import Clock
+from ..core.errors import QueueError
+from ..core.items import QueueItem, Reply
+from ..core.shaping import Suspension, take_from_bucket
+from ..delivery.destinations import DestinationReport
+from ..shaping import DestinationPolicy, is_dead, suspends, suspension_seconds
+from ..stores.base import QueueStore
+
+logger = logging.getLogger("django_mailqueue")
+
+#: Seconds the local view of the store's suspensions is trusted before it is read again.
+VIEW_TTL = 1.0
+#: Seconds an item may wait in a worker for its destination's turn; one that would wait longer (past the
+#: prefetch) goes back to the store, due when its turn comes.
+GIVE_BACK_AFTER = 5.0
+#: Domains remembered (for MX rollup and `defer_destination`) before the memory starts again.
+MAX_DOMAINS = 100_000
+#: The most domains one `defer_destination` names (a relay's busiest first); the rest are held as they come.
+MAX_DEFER_DOMAINS = 1000
+
+
+@dataclass(frozen=True)
+class Ticket:
+    """An attempt's admission: the destinations it holds a connection slot of, each with a token taken."""
+
+    policies: tuple[DestinationPolicy, ...] = ()
+
+
+@dataclass(frozen=True)
+class Hold:
+    """Every destination of the item is suspended: it waits for `suspension`'s end, no attempt made."""
+
+    suspension: Suspension
+
+
+@dataclass(frozen=True)
+class Wait:
+    """A destination of the item is at its connection limit, or out of tokens: it waits, holding no slot."""
+
+    policy: DestinationPolicy
+
+
+#: The admission of the attempt this task runs (set by the worker, read by the deliverer through `enter`).
+TICKET: ContextVar[Ticket | None] = ContextVar("mailqueue_ticket", default=None)
+
+
+class Shaper:
+    """One worker process's traffic shaping; also the `Deliverer`'s `DestinationGate`.
+
+    `admit` (no I/O) says whether an item may start now: its destinations' connection slots and tokens,
+    or that they are all suspended. `observe` acts on what an attempt's servers said: it suspends a
+    destination (in the store, for every worker) and moves its waiting items, or clears its strikes.
+    `wake` is called when a refill or a suspension's end may let a waiting item start.
+    """
+
+    def __init__(
+        self,
+        settings: QueueSettings,
+        store: QueueStore,
+        *,
+        clock: Clock,
+        concurrency: int | None = None,
+        wake: Callable[[], None] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.clock = clock
+        self.concurrency = concurrency or settings.concurrency
+        self.wake: Callable[[], None] = wake or (lambda: None)
+        #: recipient domain -> its destination's policy, once known (at once, or from its MX hosts)
+        self._policies: dict[str, DestinationPolicy] = {}
+        #: shaping key -> the domains seen going to it
+        self._domains: dict[str, set[str]] = {}
+        self._busy: Counter[str] = Counter()
+        #: tokens taken from the store's buckets and not used yet
+        self._stock: Counter[str] = Counter()
+        self._refills: dict[str, asyncio.Task[None]] = {}
+        #: loop time before which a bucket is not asked again (it was empty)
+        self._empty_until: dict[str, float] = {}
+        #: the store cannot keep buckets (a store without the shaping methods): one per process
+        self._local_buckets: dict[str, tuple[float, datetime | None]] | None = None
+        self._view: dict[str, Suspension] = {}
+        self._view_at: float | None = None
+        self._refreshing: asyncio.Task[None] | None = None
+        #: keys whose suspension is being written: a refresh keeps them
+        self._writing: set[str] = set()
+        #: strikes of the destinations known to have a record (a success clears it)
+        self._strikes: dict[str, int] = {}
+        self._unreachable: Counter[str] = Counter()
+        self._unsupported_told = False
+
+    # --- which destination --------------------------------------------------------------
+
+    def learn(self, domain: str, policy: DestinationPolicy) -> None:
+        if len(self._policies) >= MAX_DOMAINS:
+            self._policies.clear()
+            self._domains.clear()
+        self._policies[domain] = policy
+        self._domains.setdefault(policy.key, set()).add(domain)
+
+    def _known(self, domain: str) -> DestinationPolicy | None:
+        """The domain's destination as known before its MX lookup: None when only its MX hosts can tell."""
+        policy = self._policies.get(domain)
+        if policy is not None:
+            return policy
+        route = self.settings.route_for(domain)
+        if isinstance(route, RelayRoute):
+            policy = self.settings.shaping.relay_policy(route.host, route.port, route.limits)
+        elif self.settings.shaping.known_key(domain) is not None:
+            policy = self.settings.shaping.mx_policy(domain, (), concurrency=self.concurrency)
+        else:
+            return None
+        self.learn(domain, policy)
+        return policy
+
+    # --- admission (the worker, no I/O) ----------------------------------------------------
+
+    def admit(self, item: QueueItem) -> Ticket | Hold | Wait:
+        """A `Ticket` when the item may start now (its slots and tokens taken), a `Hold` when all its
+        destinations are suspended, a `Wait` when one is at its connection limit or out of tokens."""
+        policies: dict[str, DestinationPolicy] = {}
+        unknown = False
+        for recipient in item.pending:
+            policy = self._known(recipient.domain)
+            if policy is None:
+                unknown = True
+            else:
+                policies[policy.key] = policy
+        if not policies:
+            return Ticket()
+        now = self.clock.now() if self._view else None
+        free: list[DestinationPolicy] = []
+        held: list[Suspension] = []
+        for policy in policies.values():
+            suspension = self._view.get(policy.key) if now is not None else None
+            if suspension is not None and now is not None and suspension.until > now:
+                held.append(suspension)
+            else:
+                free.append(policy)
+        if not free:
+            return Ticket() if unknown else Hold(min(held, key=lambda s: s.until))
+        for policy in free:
+            limits = policy.limits
+            if limits.connections is not None and self._busy[policy.key] >= limits.connections:
+                return Wait(policy)
+            if limits.rate is not None and self._stock[policy.key] < 1:
+                self._refill(policy)
+                return Wait(policy)
+        for policy in free:
+            self._busy[policy.key] += 1
+            if policy.limits.rate is not None:
+                self._stock[policy.key] -= 1
+        return Ticket(tuple(free))
+
+    def release(self, ticket: Ticket) -> None:
+        """The attempt's SMTP part is over: its connection slots are free."""
+        for policy in ticket.policies:
+            self._busy[policy.key] -= 1
+        if ticket.policies:
+            self.wake()
+
+    @staticmethod
+    def wait_estimate(policy: DestinationPolicy, place: int) -> float:
+        """Seconds until the `place`-th item waiting in this worker for a rate-limited destination may go (0 for
+        a destination limited by its connections only: its turn comes as fast as it takes mail)."""
+        rate = policy.limits.rate
+        return min(300.0, place / rate.per_second) if rate is not None else 0.0
+
+    # --- tokens ---------------------------------------------------------------------------
+
+    def _refill(self, policy: DestinationPolicy) -> None:
+        """Ask the store for the next few tokens, in the background (one request per bucket at a time)."""
+        key = policy.key
+        if key in self._refills or asyncio.get_running_loop().time() < self._empty_until.get(key, 0.0):
+            return
+        task = asyncio.get_running_loop().create_task(self._take(policy), name=f"mailqueue-tokens-{key}")
+        self._refills[key] = task
+        task.add_done_callback(lambda _: self._refills.pop(key, None))
+
+    async def _take(self, policy: DestinationPolicy) -> None:
+        rate = policy.limits.rate
+        assert rate is not None
+        want = rate.batch
+        try:
+            got = await self._take_tokens(policy.key, rate=rate.per_second, burst=rate.burst, want=want)
+        except QueueError as exc:
+            logger.warning("tokens for %s could not be taken from the store: %s", policy.key, exc)
+            got = 0
+        self._stock[policy.key] += got
+        if got < want:
+            loop = asyncio.get_running_loop()
+            wait = min(60.0, max(0.005, (1 if got else want - got) / rate.per_second))
+            self._empty_until[policy.key] = loop.time() + wait
+            loop.call_later(wait, self.wake)
+        self.wake()
+
+    async def _take_tokens(self, key: str, *, rate: float, burst: int, want: int) -> int:
+        now = self.clock.now()
+        if self._local_buckets is None:
+            try:
+                return await self.store.atake_tokens(key, rate=rate, burst=burst, want=want, now=now)
+            except NotImplementedError:
+                self._unsupported("rates are kept per worker process, not shared")
+                self._local_buckets = {}
+        tokens, updated = self._local_buckets.get(key, (0.0, None))
+        taken, left, updated = take_from_bucket(tokens, updated, rate=rate, burst=burst, want=want, now=now)
+        self._local_buckets[key] = (left, updated)
+        return taken
+
+    async def _token(self, policy: DestinationPolicy) -> None:
+        """Wait for a token of `policy`'s rate and take it (for a destination the worker could not admit
+        by name: an MX domain whose rollup was unknown until its lookup)."""
+        key = policy.key
+        loop = asyncio.get_running_loop()
+        while self._stock[key] < 1:
+            self._refill(policy)
+            task = self._refills.get(key)
+            if task is not None:
+                await asyncio.shield(task)
+            else:
+                await asyncio.sleep(max(0.005, self._empty_until.get(key, 0.0) - loop.time()))
+        self._stock[key] -= 1
+
+    # --- the deliverer's gate ----------------------------------------------------------------
+
+    def suspended(self, key: str) -> Suspension | None:
+        suspension = self._view.get(key)
+        if suspension is None or suspension.until <= self.clock.now():
+            return None
+        return suspension
+
+    async def enter(self, policy: DestinationPolicy) -> Suspension | None:
+        held = self.suspended(policy.key)
+        if held is not None:
+            return held
+        ticket = TICKET.get()
+        admitted = ticket is not None and any(p.key == policy.key for p in ticket.policies)
+        if policy.limits.rate is not None and not admitted:
+            await self._token(policy)
+        return None
+
+    # --- the view of suspensions -----------------------------------------------------------------
+
+    @property
+    def stale(self) -> bool:
+        return self._view_at is None or asyncio.get_running_loop().time() - self._view_at >= VIEW_TTL
+
+    def refresh_soon(self) -> None:
+        """Read the store's suspensions in the background when the view is stale (one read at a time)."""
+        if self.stale and (self._refreshing is None or self._refreshing.done()):
+            self._refreshing = asyncio.get_running_loop().create_task(self.refresh(), name="mailqueue-suspensions")
+
+    async def refresh(self) -> None:
+        """Read the suspensions in force from the store (one round trip); they replace the view."""
+        now = self.clock.now()
+        try:
+            found = await self.store.asuspensions(now=now)
+        except NotImplementedError:
+            self._unsupported("suspensions are kept per worker process, not shared")
+            self._view_at = float("inf")
+            return
+        except QueueError as exc:
+            logger.warning("suspended destinations could not be read from the store: %s", exc)
+            self._view_at = asyncio.get_running_loop().time()
+            return
+        view = {s.destination: s for s in found}
+        for key in self._writing:
+            if key in self._view:
+                view.setdefault(key, self._view[key])
+        ended = [k for k, s in self._view.items() if k not in view and s.until > now]
+        self._view = view
+        for suspension in found:
+            self._strikes[suspension.destination] = max(
+                suspension.strikes, self._strikes.get(suspension.destination, 0)
+            )
+        self._view_at = asyncio.get_running_loop().time()
+        if ended:  # resumed by an operator: its items may go
+            self.wake()
+
+    def _unsupported(self, what: str) -> None:
+        if not self._unsupported_told:
+            self._unsupported_told = True
+            logger.warning("the store %s has no traffic shaping methods: %s", type(self.store).__name__, what)
+
+    # --- after an attempt ---------------------------------------------------------------------
+
+    async def observe(self, reports: Sequence[DestinationReport]) -> list[Suspension]:
+        """Act on what each destination's servers said: suspend it (a throttling reply, or dead), or clear
+        its strikes after a success. The suspensions this call recorded, to tell."""
+        made: list[Suspension] = []
+        for report in reports:
+            if report.suspended is not None:
+                continue
+            policy, key = report.policy, report.policy.key
+            throttle = next(((r, s) for r in report.replies if (s := suspends(r, policy)) is not None), None)
+            suspension: Suspension | None = None
+            if throttle is not None:
+                self._unreachable[key] = 0
+                suspension = await self._suspend(policy, throttle[0], throttle[1])
+            elif report.unreachable:
+                self._unreachable[key] += 1
+                if is_dead(self._unreachable[key], policy):
+                    self._unreachable[key] = 0
+                    suspension = await self._suspend(policy, report.replies[-1], policy.suspend)
+            else:
+                self._unreachable[key] = 0
+                if report.delivered:
+                    await self._succeeded(key)
+            if suspension is not None:
+                made.append(suspension)
+        return made
+
+    async def _suspend(self, policy: DestinationPolicy, reply: Reply, first: float) -> Suspension | None:
+        key = policy.key
+        now = self.clock.now()
+        if self.suspended(key) is not None:
+            return None  # suspended already (by another attempt of this run): one suspension, one strike
+        strikes = self._strikes.get(key, 0) + 1
+        until = now + timedelta(seconds=suspension_seconds(first, strikes, policy.suspend_max))
+        suspension = Suspension(key, until, reply, since=now, strikes=strikes)
+        self._view[key] = suspension  # at once: no new session to it from this worker
+        self._writing.add(key)
+        try:
+            suspension = await self.store.asuspend(key, until=until, reply=reply, now=now)
+            self._view[key] = suspension
+            domains = sorted(self._domains.get(key, ()))[:MAX_DEFER_DOMAINS]
+            if domains:
+                moved = await self.store.adefer_destination(domains, until=suspension.until, now=now)
+                logger.info("%d items for %s moved to the end of its suspension", moved, key)
+        except NotImplementedError:
+            self._unsupported("suspensions are kept per worker process, not shared")
+        except QueueError as exc:
+            logger.warning("the suspension of %s could not be recorded in the store: %s", key, exc)
+        finally:
+            self._writing.discard(key)
+        self._strikes[key] = suspension.strikes
+        loop = asyncio.get_running_loop()
+        loop.call_later(max(0.0, (suspension.until - self.clock.now()).total_seconds()) + 0.01, self.wake)
+        return suspension
+
+    async def _succeeded(self, key: str) -> None:
+        """A success: the destination's strikes start again — unless a suspension is in force (a session
+        begun before it does not lift it)."""
+        if key not in self._strikes or self.suspended(key) is not None:
+            return
+        del self._strikes[key]
+        self._view.pop(key, None)
+        try:
+            await self.store.aclear_suspension(key)
+        except NotImplementedError:
+            pass
+        except QueueError as exc:
+            logger.warning("the strikes of %s could not be cleared in the store: %s", key, exc)
+
+    async def aclose(self) -> None:
+        tasks = [*self._refills.values(), *([self._refreshing] if self._refreshing is not None else [])]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+__all__ = ["GIVE_BACK_AFTER", "TICKET", "VIEW_TTL", "Hold", "Shaper", "Ticket", "Wait"]

@@ -1,0 +1,176 @@
+"""An SMTP server for the traffic-shaping tests: counts sessions at once, enforces a rate, throttles, or never greets.
+
+`CountingSmtpServer` speaks just enough SMTP (EHLO/HELO, MAIL, RCPT, DATA,
+RSET, NOOP, QUIT; PIPELINING offered) and records, with `time.monotonic()`
+times, every connection (`sessions`: opened, closed, messages carried), the
+most sessions it had open at once (`most_at_once`), every message accepted
+(`accepted`: its time, Message-ID and recipients) and every throttling reply
+it gave (`throttled`). Modes, changeable while it runs:
+
+- `rate`: the most messages it accepts in any sliding second; past that, a
+  `MAIL FROM` is answered `454 4.7.0 Throttling failure: Maximum sending
+  rate exceeded` (Amazon SES's words);
+- `throttle`: a reply line given as the greeting of every connection, which
+  is then closed (`b"421 4.7.0 Try again later, closing connection."`);
+- `blackhole`: connections are accepted and never greeted;
+- `delay`: seconds it takes to answer the end of each message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from .smtp_server import LoopThreadServer
+
+
+@dataclass
+class Connection:
+    opened: float
+    closed: float | None = None
+    messages: int = 0
+    #: the greeting was a throttling reply
+    throttled: bool = False
+
+
+@dataclass
+class Accepted:
+    at: float
+    message_id: str
+    recipients: tuple[str, ...]
+
+
+@dataclass
+class CountingSmtpServer(LoopThreadServer):
+    host: str = "127.0.0.1"
+    port: int = 0
+    rate: int | None = None
+    throttle: bytes | None = None
+    blackhole: bool = False
+    #: seconds before the reply to the end of each message
+    delay: float = 0.0
+    sessions: list[Connection] = field(default_factory=list)
+    accepted: list[Accepted] = field(default_factory=list)
+    throttled: list[float] = field(default_factory=list)
+    most_at_once: int = 0
+    open_now: int = 0
+    thread_name = "counting-smtp"
+
+    def __post_init__(self) -> None:
+        self._loop = None
+        self._server = None
+        self._thread = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._recent: deque[float] = deque()
+
+    def connections_between(self, start: float, end: float) -> list[Connection]:
+        return [c for c in self.sessions if start <= c.opened < end]
+
+    def most_in_a_second(self, after: float) -> int:
+        """The most messages accepted in any one-second window starting at or after `after`."""
+        times = sorted(a.at for a in self.accepted if a.at >= after)
+        most, first = 0, 0
+        for last, at in enumerate(times):
+            while at - times[first] >= 1.0:
+                first += 1
+            most = max(most, last - first + 1)
+        return most
+
+    def _rate_allows(self, now: float) -> bool:
+        while self._recent and now - self._recent[0] >= 1.0:
+            self._recent.popleft()
+        return self.rate is None or len(self._recent) < self.rate
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connection = Connection(opened=time.monotonic())
+        self.sessions.append(connection)
+        self.open_now += 1
+        self.most_at_once = max(self.most_at_once, self.open_now)
+        try:
+            if self.blackhole:
+                await reader.read()  # until the client gives up
+                return
+            if self.throttle is not None:
+                connection.throttled = True
+                writer.write(self.throttle.rstrip(b"\r\n") + b"\r\n")
+                await writer.drain()
+                return
+            writer.write(b"220 counting.test ESMTP\r\n")
+            recipients: list[str] = []
+            while True:
+                line = await reader.readline()
+                if not line:
+                    return
+                verb = line[:4].upper()
+                if verb in (b"EHLO", b"HELO"):
+                    writer.write(b"250-counting.test\r\n250-PIPELINING\r\n250 8BITMIME\r\n")
+                elif verb == b"MAIL":
+                    recipients = []
+                    if self._rate_allows(time.monotonic()):
+                        writer.write(b"250 2.1.0 OK\r\n")
+                    else:
+                        self.throttled.append(time.monotonic())
+                        writer.write(b"454 4.7.0 Throttling failure: Maximum sending rate exceeded.\r\n")
+                elif verb == b"RCPT":
+                    recipients.append(line.partition(b"<")[2].partition(b">")[0].decode())
+                    writer.write(b"250 2.1.5 OK\r\n")
+                elif verb == b"DATA":
+                    writer.write(b"354 go ahead\r\n")
+                    await writer.drain()
+                    message = bytearray()
+                    while not message.endswith(b"\r\n.\r\n"):
+                        chunk = await reader.readline()
+                        if not chunk:
+                            return
+                        message.extend(chunk)
+                    if self.delay:
+                        await asyncio.sleep(self.delay)
+                    now = time.monotonic()
+                    self._recent.append(now)
+                    connection.messages += 1
+                    self.accepted.append(Accepted(now, _message_id(bytes(message)), tuple(recipients)))
+                    writer.write(b"250 2.0.0 OK queued\r\n")
+                elif verb in (b"RSET", b"NOOP"):
+                    writer.write(b"250 2.0.0 OK\r\n")
+                elif verb == b"QUIT":
+                    writer.write(b"221 2.0.0 Bye\r\n")
+                    await writer.drain()
+                    return
+                else:
+                    writer.write(b"502 5.5.2 Command not recognized\r\n")
+                await writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            return
+        finally:
+            connection.closed = time.monotonic()
+            self.open_now -= 1
+            if not writer.is_closing():
+                writer.close()
+
+    def _track(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.get_running_loop().create_task(self._serve(reader, writer))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _listen(self) -> asyncio.AbstractServer:
+        return await asyncio.start_server(self._track, self.host, self.port)
+
+    async def _shutdown(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._server is not None:
+            await self._server.wait_closed()
+
+
+def _message_id(message: bytes) -> str:
+    for line in message.split(b"\r\n"):
+        if line.lower().startswith(b"message-id:"):
+            return line.split(b":", 1)[1].strip().decode()
+        if not line:
+            break
+    return ""
