@@ -15,13 +15,13 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from ..conf import QueueSettings, RelayRoute
 from ..core.clock import Clock
 from ..core.errors import QueueError
 from ..core.items import QueueItem, Reply
-from ..core.shaping import Suspension, take_from_bucket
+from ..core.shaping import Suspension
 from ..delivery.destinations import DestinationReport
 from ..shaping import DestinationPolicy, is_dead, suspends, suspension_seconds
 from ..stores.base import QueueStore
@@ -97,8 +97,6 @@ class Shaper:
         self._refills: dict[str, asyncio.Task[None]] = {}
         #: loop time before which a bucket is not asked again (it was empty)
         self._empty_until: dict[str, float] = {}
-        #: the store cannot keep buckets (a store without the shaping methods): one per process
-        self._local_buckets: dict[str, tuple[float, datetime | None]] | None = None
         self._view: dict[str, Suspension] = {}
         self._view_at: float | None = None
         self._refreshing: asyncio.Task[None] | None = None
@@ -107,7 +105,6 @@ class Shaper:
         #: strikes of the destinations known to have a record (a success clears it)
         self._strikes: dict[str, int] = {}
         self._unreachable: Counter[str] = Counter()
-        self._unsupported_told = False
 
     # --- which destination --------------------------------------------------------------
 
@@ -215,17 +212,7 @@ class Shaper:
         self.wake()
 
     async def _take_tokens(self, key: str, *, rate: float, burst: int, want: int) -> int:
-        now = self.clock.now()
-        if self._local_buckets is None:
-            try:
-                return await self.store.atake_tokens(key, rate=rate, burst=burst, want=want, now=now)
-            except NotImplementedError:
-                self._unsupported("rates are kept per worker process, not shared")
-                self._local_buckets = {}
-        tokens, updated = self._local_buckets.get(key, (0.0, None))
-        taken, left, updated = take_from_bucket(tokens, updated, rate=rate, burst=burst, want=want, now=now)
-        self._local_buckets[key] = (left, updated)
-        return taken
+        return await self.store.atake_tokens(key, rate=rate, burst=burst, want=want, now=self.clock.now())
 
     async def _token(self, policy: DestinationPolicy) -> None:
         """Wait for a token of `policy`'s rate and take it (for a destination the worker could not admit
@@ -275,10 +262,6 @@ class Shaper:
         now = self.clock.now()
         try:
             found = await self.store.asuspensions(now=now)
-        except NotImplementedError:
-            self._unsupported("suspensions are kept per worker process, not shared")
-            self._view_at = float("inf")
-            return
         except QueueError as exc:
             logger.warning("suspended destinations could not be read from the store: %s", exc)
             self._view_at = asyncio.get_running_loop().time()
@@ -296,11 +279,6 @@ class Shaper:
         self._view_at = asyncio.get_running_loop().time()
         if ended:  # resumed by an operator: its items may go
             self.wake()
-
-    def _unsupported(self, what: str) -> None:
-        if not self._unsupported_told:
-            self._unsupported_told = True
-            logger.warning("the store %s has no traffic shaping methods: %s", type(self.store).__name__, what)
 
     # --- after an attempt ---------------------------------------------------------------------
 
@@ -347,8 +325,6 @@ class Shaper:
             if domains:
                 moved = await self.store.adefer_destination(domains, until=suspension.until, now=now)
                 logger.info("%d items for %s moved to the end of its suspension", moved, key)
-        except NotImplementedError:
-            self._unsupported("suspensions are kept per worker process, not shared")
         except QueueError as exc:
             logger.warning("the suspension of %s could not be recorded in the store: %s", key, exc)
         finally:
@@ -367,8 +343,6 @@ class Shaper:
         self._view.pop(key, None)
         try:
             await self.store.aclear_suspension(key)
-        except NotImplementedError:
-            pass
         except QueueError as exc:
             logger.warning("the strikes of %s could not be cleared in the store: %s", key, exc)
 

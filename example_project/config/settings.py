@@ -95,7 +95,15 @@ MAILQUEUE = {
     # A real site leaves ROUTES out, and its mail goes through the relay its
     # EMAIL_HOST, EMAIL_PORT, EMAIL_USE_TLS, ... name, as with Django's SMTP backend;
     # or it says {"*": "mx"} to deliver to the recipients' MX hosts itself.
-    "ROUTES": {"*": {"HOST": "127.0.0.1", "PORT": DEMO_SINK_PORT, "TLS": "none"}},
+    "ROUTES": {
+        "*": {"HOST": "127.0.0.1", "PORT": DEMO_SINK_PORT, "TLS": "none"},
+        # The sink again, under another spelling of its address, so it is a destination of its own: it
+        # plays an MX that answers 421 past two messages in 30 s (demo/policy.py), and the worker
+        # suspends it — not the other domains — until then (docs/shaping.md).
+        "busy.example.org": {"HOST": "[127.0.0.1]", "PORT": DEMO_SINK_PORT, "TLS": "none"},
+    },
+    # Short suspensions, so the demo shows one end (the default starts at 60 s, doubling up to an hour).
+    "SHAPING": {"*": {"SUSPEND": 30, "SUSPEND_MAX": 120}},
     # Short, so the greylisted address is retried within the demo (the default
     # starts at 5 minutes).
     "RETRY_DELAYS": [10, 20, 40],

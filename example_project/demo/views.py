@@ -22,7 +22,7 @@ from django_mailqueue.stores import get_store
 
 from .forms import ComposeForm
 from .models import ReceivedMessage, SmtpEvent
-from .policy import GREYLISTED, REJECTED
+from .policy import GREYLISTED, REJECTED, THROTTLE_COUNT, THROTTLE_SECONDS, THROTTLED
 from .reading import summarise
 
 logger = logging.getLogger("demo")
@@ -68,6 +68,9 @@ def compose(request: HttpRequest) -> HttpResponse:
         {
             "form": form,
             "greylisted": sorted(GREYLISTED),
+            "throttled": sorted(THROTTLED),
+            "throttle_count": THROTTLE_COUNT,
+            "throttle_seconds": int(THROTTLE_SECONDS),
             "rejected": sorted(REJECTED.items()),
             "sink_port": settings.DEMO_SINK_PORT,
             "first_retry": settings.MAILQUEUE["RETRY_DELAYS"][0],

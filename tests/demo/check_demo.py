@@ -18,6 +18,11 @@
    with its attachment; the second was deferred with a 451 and then
    delivered; the third failed with 550 5.1.1 and a DSN about it arrived in
    sender@example.com's mailbox;
+4b. send a message to each of four recipients at busy.example.org, whose "MX" (the
+   sink) takes two messages in 30 s and answers 421 past that; log in to the
+   admin (admin/admin) and poll its overview page until it lists that
+   destination (`relay:[127.0.0.1]:<sink port>`) among the suspended ones,
+   with the 421 that suspended it;
 5. queue a burst of BURST messages at once (`manage.py shell`, one
    `send_messages()`), and once the worker's log shows the first of them
    delivered, send SIGINT to the process group of `make demo` (what Ctrl+C
@@ -58,6 +63,9 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 SENDER = "sender@example.com"
 DELIVERED, GREYLISTED, REJECTED = "someone@example.net", "greylisted@example.net", "nobody@example.net"
+#: the demo's throttling destination (example_project/demo/policy.py): 421 past two messages in 30 s
+THROTTLED = [f"reader{i}@busy.example.org" for i in range(4)]
+OVERVIEW = "/admin/django_mailqueue/queueditem/overview/"
 #: messages queued at once before the Ctrl+C: enough that the worker is still busy with them when it comes
 BURST = 600
 #: burst deliveries the worker's log shows before the Ctrl+C
@@ -205,6 +213,17 @@ class Browser:
         )
         with self.opener.open(request, timeout=20) as response:
             return response.geturl(), response.read()
+
+    def log_in(self, username: str, password: str) -> None:
+        """Log in to the admin as its login form does."""
+        _, page = self.get("/admin/login/")
+        token = re.search(rb'name="csrfmiddlewaretoken" value="([^"]+)"', page)
+        if token is None:
+            raise CheckFailedError("the admin's login page has no CSRF token in its form")
+        fields = {"csrfmiddlewaretoken": token.group(1).decode(), "username": username, "password": password}
+        url, _ = self.post_multipart("/admin/login/?next=/admin/", fields, {})
+        if "/login/" in url:
+            raise CheckFailedError(f"logging in to the admin as {username!r} failed (ended at {url})")
 
     def send(self, to: str, subject: str, queue: str, attachment: tuple[str, bytes] | None = None) -> str:
         """Fill in and submit the compose form; the Message-ID the site gave the message."""
@@ -441,6 +460,31 @@ def run_check(checkout: Path, log_path: Path, *, setup_timeout: float, timeout: 
             f"all three outcomes after {time.monotonic() - up:.0f} s: {DELIVERED} delivered; {GREYLISTED} "
             f"deferred (451) then delivered; {REJECTED} failed (550 5.1.1) with a DSN in {SENDER}'s mailbox"
         )
+
+        for address in THROTTLED:
+            browser.send(address, f"check {run}: throttled", "default")
+        browser.log_in("admin", "admin")
+        destination = f"relay:[127.0.0.1]:{sink_port}"
+        say(
+            f"sent a message to each of {len(THROTTLED)} recipients at busy.example.org; "
+            f"waiting for {destination} on the overview"
+        )
+        deadline = time.monotonic() + timeout
+        while True:
+            _, page = browser.get(OVERVIEW)
+            row = re.search(rb'<tr class="mq-suspension">(.*?)</tr>', page, re.DOTALL)
+            if row is not None and destination.encode() in row.group(1):
+                if b"421 4.7.0 Try again later" not in row.group(1):
+                    raise CheckFailedError(
+                        f"the overview lists {destination} suspended without its 421: {row.group(1)!r}"
+                    )
+                break
+            if make.poll() is not None:
+                raise CheckFailedError(f"make demo exited with status {make.returncode} while throttled")
+            if time.monotonic() > deadline:
+                raise CheckFailedError(f"the overview did not list {destination} as suspended within {timeout:.0f} s")
+            time.sleep(1)
+        say(f"the admin overview lists {destination} suspended after 421 4.7.0 Try again later")
 
         tag = f"burst-{run}"
         queue_burst(checkout, env, sink_port, tag)

@@ -119,3 +119,14 @@ def test_the_mailbox_checks_dkim_signatures_against_the_demos_own_records(settin
     assert reading.dkim_verdict(signed.replace(b"Hello.", b"Hello!")).startswith("fail d=example.com s=demo: ")
     assert reading.dkim_verdict(b"From: a@example.com\r\n\r\nHello.\r\n") == "none"
     reading._published_records.cache_clear()
+
+
+def test_the_throttled_domain_takes_two_messages_in_30_seconds_then_answers_421() -> None:
+    now = [1000.0]
+    mx = policy.MxPolicy(clock=lambda: now[0])
+    replies = [mx.rcpt_reply("sender@example.com", f"user{n}@busy.example.org") for n in range(4)]
+    assert [r[:3] for r in replies] == ["250", "250", "421", "421"]
+    assert replies[2] == "421 4.7.0 Try again later, closing connection."
+    assert mx.rcpt_reply("sender@example.com", "someone@example.net").startswith("250 ")  # others are not
+    now[0] += 30
+    assert mx.rcpt_reply("sender@example.com", "user9@busy.example.org").startswith("250 ")
