@@ -158,3 +158,23 @@ def check_dkim_keys(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage
             )
         )
     return messages
+
+
+@register(Tags.compatibility)
+def check_shaping(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """mailqueue.W004: a SHAPING entry whose CONNECTIONS lets one destination take every slot of a worker."""
+    try:
+        parsed = get_settings()
+    except QueueSettingsError:
+        return []  # reported by check_mailqueue_settings
+    return [
+        checks.Warning(
+            f"MAILQUEUE['SHAPING'][{key!r}]['CONNECTIONS'] is {entry.connections}, not below CONCURRENCY "
+            f"({parsed.concurrency}): one destination can take every slot of a worker, and the mail of every other "
+            "destination then waits behind it.",
+            hint="Set it below CONCURRENCY; left out, it is min(10, CONCURRENCY / 2 rounded up).",
+            id="mailqueue.W004",
+        )
+        for key, entry in parsed.shaping.entries.items()
+        if entry.connections is not None and entry.connections >= parsed.concurrency
+    ]

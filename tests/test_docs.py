@@ -103,6 +103,7 @@ def test_troubleshooting_explains_every_error_code_and_check_id() -> None:
         "mailqueue.W001",
         "mailqueue.W002",
         "mailqueue.W003",
+        "mailqueue.W004",
         "mailqueue.I001",
         "mailqueue.I002",
         "mailqueue.I010",

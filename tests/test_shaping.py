@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.test import override_settings
 
+from django_mailqueue.checks import check_shaping
 from django_mailqueue.core.items import Reply
 from django_mailqueue.routes import parse_routes
 from django_mailqueue.shaping import (
@@ -193,3 +195,13 @@ def test_a_destination_is_dead_after_dead_after_unreachable_attempts_or_one_coho
     assert [is_dead(n, policy) for n in (1, 4, 5, 6)] == [False, False, True, True]
     small = shaping.mx_policy("small.example", [], concurrency=20)
     assert [is_dead(n, small) for n in (2, 3)] == [False, True]
+
+
+def test_check_warns_of_a_destination_that_may_take_every_slot() -> None:
+    with override_settings(
+        MAILQUEUE={"CONCURRENCY": 8, "SHAPING": {"gmail.com": {"CONNECTIONS": 8}, "*": {"CONNECTIONS": 4}}}
+    ):
+        (warning,) = check_shaping()
+    assert warning.id == "mailqueue.W004" and "['gmail.com']['CONNECTIONS'] is 8" in warning.msg
+    with override_settings(MAILQUEUE={"CONCURRENCY": 8, "SHAPING": {"*": {"CONNECTIONS": 7}}}):
+        assert check_shaping() == []

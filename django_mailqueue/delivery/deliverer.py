@@ -134,6 +134,8 @@ class Deliverer:
         self.gate = gate
         #: the worker's slots, for the default CONNECTIONS of a destination
         self._concurrency = concurrency or settings.concurrency
+        #: each destination's shaping policy, by its route (relays) or its domain and MX hosts
+        self._policies: dict[tuple[object, ...], DestinationPolicy] = {}
         self.clock = clock or SystemClock()
         self.transport: Transport = transport or SmtpTransport()
         self.resolver: MxResolver = resolver or DnsResolver(settings.dns)
@@ -451,10 +453,16 @@ class Deliverer:
     def _policy(self, dest: _Destination, hosts: tuple[MailHost, ...]) -> DestinationPolicy:
         """The destination's shaping policy: a relay's own limits, or SHAPING's for the domain and its MX hosts."""
         route, shaping = dest.route, self.settings.shaping
-        if isinstance(route, RelayRoute):
-            policy = shaping.relay_policy(route.host, route.port, route.limits)
-        else:
-            policy = shaping.mx_policy(dest.name, [h.name for h in hosts], concurrency=self._concurrency)
+        key: tuple[object, ...] = (route,) if isinstance(route, RelayRoute) else (dest.name, *(h.name for h in hosts))
+        policy = self._policies.get(key)
+        if policy is None:
+            if len(self._policies) >= 10_000:
+                self._policies.clear()
+            if isinstance(route, RelayRoute):
+                policy = shaping.relay_policy(route.host, route.port, route.limits)
+            else:
+                policy = shaping.mx_policy(dest.name, [h.name for h in hosts], concurrency=self._concurrency)
+            self._policies[key] = policy
         if self.gate is not None:
             self.gate.learn(dest.recipients[0].domain, policy)
         return policy
