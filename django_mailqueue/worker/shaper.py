@@ -319,6 +319,12 @@ class Shaper:
         self._view[key] = suspension  # at once: no new session to it from this worker
         self._writing.add(key)
         try:
+            # Another worker may have met it first: adopt its suspension rather than count a second strike.
+            recorded = await self.store.asuspensions(now=now, destinations=[key])
+            if recorded:
+                self._view[key] = recorded[0]
+                self._strikes[key] = recorded[0].strikes
+                return None
             suspension = await self.store.asuspend(key, until=until, reply=reply, now=now)
             self._view[key] = suspension
             domains = sorted(self._domains.get(key, ()))[:MAX_DEFER_DOMAINS]
