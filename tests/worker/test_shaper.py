@@ -1,0 +1,116 @@
+"""The worker's shaper on the memory store, without a network: admission, tokens, suspensions, strikes, dead sites."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from django_mailqueue.conf import load_settings
+from django_mailqueue.core.clock import FakeClock
+from django_mailqueue.core.items import NewItem, QueueItem, Reply
+from django_mailqueue.delivery import replies
+from django_mailqueue.delivery.destinations import DestinationReport
+from django_mailqueue.shaping import DestinationPolicy
+from django_mailqueue.stores.memory import MemoryStore
+from django_mailqueue.worker.shaper import Hold, Shaper, Ticket, Wait
+
+THROTTLED = Reply(421, "4.7.0", "Try again later, closing connection.")
+DELIVERED = Reply(250, "2.0.0", "OK")
+NO_GREETING = Reply(None, replies.NO_ANSWER, "no greeting from mx.hole.test[192.0.2.1]:25 within 30 s")
+
+
+def shaper(store: MemoryStore, clock: FakeClock, **mailqueue: Any) -> Shaper:
+    settings = load_settings({"ROUTES": {"*": "mx"}, "CONCURRENCY": 20, **mailqueue})
+    return Shaper(settings, store, clock=clock)
+
+
+def item(store: MemoryStore, clock: FakeClock, *recipients: str) -> QueueItem:
+    return store.add(NewItem("s@origin.test", tuple(recipients), b"Subject: x\r\n\r\nx\r\n"), now=clock.now())
+
+
+def policy_of(shaper_: Shaper, domain: str) -> DestinationPolicy:
+    return shaper_.settings.shaping.mx_policy(domain, [f"mx.{domain}"], concurrency=20)
+
+
+async def test_a_destination_at_its_connection_limit_waits_and_its_slot_comes_back() -> None:
+    store, clock = MemoryStore(), FakeClock()
+    s = shaper(store, clock, SHAPING={"a.test": {"CONNECTIONS": 2}})
+    first, second, third = (s.admit(item(store, clock, f"u{n}@a.test")) for n in range(3))
+    assert isinstance(first, Ticket) and isinstance(second, Ticket)
+    assert isinstance(third, Wait) and third.policy.key == "a.test"
+    assert isinstance(s.admit(item(store, clock, "u@b.test")), Ticket)  # another destination goes
+    s.release(first)
+    assert isinstance(s.admit(item(store, clock, "u9@a.test")), Ticket)
+
+
+async def test_a_rate_admits_what_the_store_s_bucket_gives_a_few_tokens_at_a_time() -> None:
+    store, clock = MemoryStore(), FakeClock()
+    woken = asyncio.Event()
+    s = shaper(store, clock, ROUTES={"*": {"HOST": "192.0.2.1", "RATE": "100/s"}})
+    s.wake = woken.set
+    assert isinstance(s.admit(item(store, clock, "u@a.test")), Wait)  # no token yet: one is asked for
+    await asyncio.wait_for(woken.wait(), 5)
+    admitted = [s.admit(item(store, clock, f"u{n}@a.test")) for n in range(6)]
+    assert [type(a) for a in admitted] == [Ticket] * 5 + [Wait]  # a batch is 0.05 s of the rate: 5
+
+
+async def test_a_421_suspends_for_every_worker_and_a_second_worker_adopts_it() -> None:
+    store, clock = MemoryStore(), FakeClock()
+    one, two = shaper(store, clock), shaper(store, clock)
+    policy = policy_of(one, "a.test")
+    one.learn("a.test", policy)
+    waiting = item(store, clock, "w@a.test")
+    (made,) = await one.observe([DestinationReport(policy, "a.test", (THROTTLED,))])
+    assert made.destination == "a.test" and made.strikes == 1
+    assert made.until == clock.now() + timedelta(seconds=60)
+    assert store.get(waiting.id).next_attempt == made.until  # type: ignore[union-attr]
+    assert store.get(waiting.id).attempts == 0  # type: ignore[union-attr]
+    assert await two.observe([DestinationReport(policy, "a.test", (THROTTLED,))]) == []  # one event, one strike
+    assert store.suspensions(now=clock.now())[0].strikes == 1
+    held = two.admit(item(store, clock, "x@a.test"))
+    assert isinstance(held, Hold) and held.suspension.until == made.until
+
+
+async def test_a_suspension_doubles_while_it_keeps_happening_and_a_success_after_it_clears_it() -> None:
+    store, clock = MemoryStore(), FakeClock()
+    s = shaper(store, clock, SHAPING={"*": {"SUSPEND": 60, "SUSPEND_MAX": 200}})
+    policy = policy_of(s, "a.test")
+    throttled = DestinationReport(policy, "a.test", (THROTTLED,))
+    durations = []
+    for _ in range(4):
+        (made,) = await s.observe([throttled])
+        durations.append((made.until - clock.now()).total_seconds())
+        clock.advance(durations[-1] + 1)
+    assert durations == [60, 120, 200, 200]
+    (made,) = await s.observe([throttled])
+    await s.observe([DestinationReport(policy, "a.test", (DELIVERED,), delivered=True)])
+    assert store.suspensions(now=clock.now()) != []  # a session begun before the suspension does not lift it
+    clock.advance(201)
+    await s.observe([DestinationReport(policy, "a.test", (DELIVERED,), delivered=True)])
+    (made,) = await s.observe([throttled])
+    assert made.strikes == 1 and (made.until - clock.now()).total_seconds() == 60
+
+
+@pytest.mark.parametrize(
+    ("reply", "suspended"), [(Reply(451, "4.7.650", "rate limited"), True), (Reply(451, "4.7.1", "Greylisted"), False)]
+)
+async def test_a_throttling_rule_suspends_and_other_replies_do_not(reply: Reply, suspended: bool) -> None:
+    store, clock = MemoryStore(), FakeClock()
+    s = shaper(store, clock)
+    made = await s.observe([DestinationReport(policy_of(s, "a.test"), "a.test", (reply,))])
+    assert bool(made) is suspended
+
+
+async def test_a_destination_no_attempt_reaches_is_dead_after_dead_after_in_a_row() -> None:
+    store, clock = MemoryStore(), FakeClock()
+    s = shaper(store, clock, SHAPING={"*": {"DEAD_AFTER": 3}})
+    policy = policy_of(s, "hole.test")
+    unreachable = DestinationReport(policy, "hole.test", (NO_GREETING,), unreachable=True)
+    assert await s.observe([unreachable]) == []
+    assert await s.observe([DestinationReport(policy, "hole.test", (DELIVERED,), delivered=True)]) == []  # resets
+    assert await s.observe([unreachable]) == [] and await s.observe([unreachable]) == []
+    (made,) = await s.observe([unreachable])
+    assert made.reply == NO_GREETING and made.reply.code is None
