@@ -38,7 +38,7 @@ from .events import Event, tell
 from .flow import RECORD_LINGER, Flow
 from .log_limit import LogLimit
 from .record import AttemptOutcome, Record, decide, message_lost, reclaimed_too_often
-from .shaper import TICKET, Shaper
+from .shaper import BLOCKED_RECHECK, TICKET, Shaper
 from .suppression import NOTHING_TRIED, listed_outcomes, look_up
 
 logger = logging.getLogger("django_mailqueue")
@@ -265,8 +265,10 @@ class Worker(ShapingSteps):
             if self._wake is None or self._wake.done():
                 self._wake = asyncio.ensure_future(self.store.await_added(self.settings.poll_interval))
             waits.add(self._wake)
+        # More items wait for busy destinations than the prefetch: look again soon, their turn may be far off
+        recheck = BLOCKED_RECHECK if self._blocked > self._flow.prefetch else None
         try:
-            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(waits, timeout=recheck, return_when=asyncio.FIRST_COMPLETED)
         finally:
             stop.cancel()
             changed.cancel()

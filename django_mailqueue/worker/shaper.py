@@ -32,7 +32,9 @@ logger = logging.getLogger("django_mailqueue")
 VIEW_TTL = 1.0
 #: Seconds an item may wait in a worker for its destination's turn; one that would wait longer (past the
 #: prefetch) goes back to the store, due when its turn comes.
-GIVE_BACK_AFTER = 5.0
+GIVE_BACK_AFTER = 2.0
+#: Seconds between two looks at the items waiting past the prefetch, while nothing else wakes the worker.
+BLOCKED_RECHECK = 0.5
 #: Domains remembered (for MX rollup and `defer_destination`) before the memory starts again.
 MAX_DOMAINS = 100_000
 #: The most domains one `defer_destination` names (a relay's busiest first); the rest are held as they come.
@@ -44,6 +46,8 @@ class Ticket:
     """An attempt's admission: the destinations it holds a connection slot of, each with a token taken."""
 
     policies: tuple[DestinationPolicy, ...] = ()
+    #: loop time of the admission
+    began: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -92,6 +96,9 @@ class Shaper:
         #: shaping key -> the domains seen going to it
         self._domains: dict[str, set[str]] = {}
         self._busy: Counter[str] = Counter()
+        #: loop times the attempts under way to each destination began, and how long its attempts take
+        self._began: dict[str, list[float]] = {}
+        self._seconds: dict[str, float] = {}
         #: tokens taken from the store's buckets and not used yet
         self._stock: Counter[str] = Counter()
         self._refills: dict[str, asyncio.Task[None]] = {}
@@ -163,25 +170,39 @@ class Shaper:
             if limits.rate is not None and self._stock[policy.key] < 1:
                 self._refill(policy)
                 return Wait(policy)
+        began = asyncio.get_running_loop().time()
         for policy in free:
             self._busy[policy.key] += 1
+            self._began.setdefault(policy.key, []).append(began)
             if policy.limits.rate is not None:
                 self._stock[policy.key] -= 1
-        return Ticket(tuple(free))
+        return Ticket(tuple(free), began)
 
     def release(self, ticket: Ticket) -> None:
         """The attempt's SMTP part is over: its connection slots are free."""
+        if not ticket.policies:
+            return
+        seconds = asyncio.get_running_loop().time() - ticket.began
         for policy in ticket.policies:
             self._busy[policy.key] -= 1
-        if ticket.policies:
-            self.wake()
+            self._began[policy.key].remove(ticket.began)
+            average = self._seconds.get(policy.key)
+            self._seconds[policy.key] = seconds if average is None else 0.8 * average + 0.2 * seconds
+        self.wake()
 
-    @staticmethod
-    def wait_estimate(policy: DestinationPolicy, place: int) -> float:
-        """Seconds until the `place`-th item waiting in this worker for a rate-limited destination may go (0 for
-        a destination limited by its connections only: its turn comes as fast as it takes mail)."""
-        rate = policy.limits.rate
-        return min(300.0, place / rate.per_second) if rate is not None else 0.0
+    def wait_estimate(self, policy: DestinationPolicy, place: int) -> float:
+        """Seconds until the `place`-th item waiting in this worker for `policy`'s destination may start: by its
+        rate; or by its connections and how long its attempts take — at least as long as the oldest one under
+        way has (a destination that never greets completes none)."""
+        limits = policy.limits
+        if limits.rate is not None:
+            return min(300.0, place / limits.rate.per_second)
+        if limits.connections is None:
+            return 0.0
+        began = self._began.get(policy.key)
+        oldest = asyncio.get_running_loop().time() - min(began) if began else 0.0
+        per_attempt = max(self._seconds.get(policy.key, 0.0), oldest)
+        return min(300.0, place * per_attempt / limits.connections)
 
     # --- tokens ---------------------------------------------------------------------------
 
@@ -360,4 +381,4 @@ class Shaper:
             await asyncio.gather(*tasks, return_exceptions=True)
 
 
-__all__ = ["GIVE_BACK_AFTER", "TICKET", "VIEW_TTL", "Hold", "Shaper", "Ticket", "Wait"]
+__all__ = ["BLOCKED_RECHECK", "GIVE_BACK_AFTER", "TICKET", "VIEW_TTL", "Hold", "Shaper", "Ticket", "Wait"]

@@ -308,3 +308,27 @@ async def test_a_destination_that_never_greets_is_dead_after_one_cohort(
     waiting = store.list()
     assert all(item.next_attempt >= suspended[0][1]["until"] for item in waiting)
     assert sum(item.attempts for item in waiting) == len(hole.sessions)  # the rest waited without an attempt
+
+
+async def test_a_hanging_destination_s_backlog_does_not_keep_others_from_being_claimed(
+    dns_server: DnsServer, servers: Servers
+) -> None:
+    hole = servers.start("127.0.0.4", blackhole=True)
+    healthy = servers.start("127.0.0.2")
+    dns_server.mx("hole.test", (10, "mx.hole.test")).a("mx.hole.test", "127.0.0.4")
+    dns_server.mx("ok.test", (10, "mx.ok.test")).a("mx.ok.test", "127.0.0.2")
+    store = MemoryStore()
+    fill(store, "hole.test", 150)  # claimed first: more than the worker holds
+    fill(store, "ok.test", 100, start=150)
+    config = mailqueue(
+        dns_server,
+        servers.port,
+        CONCURRENCY=4,
+        SHAPING={"*": {"CONNECTIONS": 2}},
+        TIMEOUTS={"CONNECT": 2, "GREETING": 8, "SESSION": 30},
+    )
+    work = worker(config, store)
+    await run_until(work, lambda: len(healthy.accepted) == 100, 30, "ok.test's 100")
+    # delivered while the hole's first sessions still hung: its backlog went back to the store meanwhile
+    assert hole.sessions and all(c.closed is None or c.closed > healthy.accepted[-1].at for c in hole.sessions[:2])
+    assert work.stats.given_back > 0
