@@ -102,6 +102,7 @@ class Shaper:
         #: tokens taken from the store's buckets and not used yet
         self._stock: Counter[str] = Counter()
         self._refills: dict[str, asyncio.Task[None]] = {}
+        self._timers: dict[str, asyncio.TimerHandle] = {}
         #: loop time before which a bucket is not asked again (it was empty)
         self._empty_until: dict[str, float] = {}
         self._view: dict[str, Suspension] = {}
@@ -209,11 +210,21 @@ class Shaper:
     def _refill(self, policy: DestinationPolicy) -> None:
         """Ask the store for the next few tokens, in the background (one request per bucket at a time)."""
         key = policy.key
-        if key in self._refills or asyncio.get_running_loop().time() < self._empty_until.get(key, 0.0):
+        if key in self._refills:
             return
-        task = asyncio.get_running_loop().create_task(self._take(policy), name=f"mailqueue-tokens-{key}")
+        loop = asyncio.get_running_loop()
+        due = self._empty_until.get(key, 0.0)
+        if loop.time() < due:
+            if key not in self._timers:  # the wake-up at `due` (a timer may fire a hair early: ask again then)
+                self._timers[key] = loop.call_at(due + 0.001, self._due, key)
+            return
+        task = loop.create_task(self._take(policy), name=f"mailqueue-tokens-{key}")
         self._refills[key] = task
         task.add_done_callback(lambda _: self._refills.pop(key, None))
+
+    def _due(self, key: str) -> None:
+        self._timers.pop(key, None)
+        self.wake()
 
     async def _take(self, policy: DestinationPolicy) -> None:
         rate = policy.limits.rate
@@ -229,7 +240,6 @@ class Shaper:
             loop = asyncio.get_running_loop()
             wait = min(60.0, max(0.005, (1 if got else want - got) / rate.per_second))
             self._empty_until[policy.key] = loop.time() + wait
-            loop.call_later(wait, self.wake)
         self.wake()
 
     async def _take_tokens(self, key: str, *, rate: float, burst: int, want: int) -> int:
@@ -374,6 +384,9 @@ class Shaper:
             logger.warning("the strikes of %s could not be cleared in the store: %s", key, exc)
 
     async def aclose(self) -> None:
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
         tasks = [*self._refills.values(), *([self._refreshing] if self._refreshing is not None else [])]
         for task in tasks:
             task.cancel()

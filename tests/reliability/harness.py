@@ -288,6 +288,8 @@ def _mailqueue(store: dict[str, Any], dns: DnsServer, mx_port: int, lease: float
         "POLL_INTERVAL": 0.5,
         "LEASE": lease,
         "RETRY_DELAYS": [1, 2],
+        # the faults' 421s suspend their destination (docs/shaping.md): as briefly as the retries here
+        "SHAPING": {"*": {"SUSPEND": 1, "SUSPEND_MAX": 2}},
         "MAX_RECLAIMS": 1000,  # a killed worker's item is reclaimed, never failed, in this run
         "DELAY_WARNING": None,
         "TIMEOUTS": {

@@ -99,6 +99,7 @@ class CountingSmtpServer(LoopThreadServer):
                 return
             writer.write(b"220 counting.test ESMTP\r\n")
             recipients: list[str] = []
+            mail = False
             while True:
                 line = await reader.readline()
                 if not line:
@@ -108,14 +109,19 @@ class CountingSmtpServer(LoopThreadServer):
                     writer.write(b"250-counting.test\r\n250-PIPELINING\r\n250 8BITMIME\r\n")
                 elif verb == b"MAIL":
                     recipients = []
-                    if self._rate_allows(time.monotonic()):
+                    mail = self._rate_allows(time.monotonic())
+                    if mail:
                         writer.write(b"250 2.1.0 OK\r\n")
                     else:
                         self.throttled.append(time.monotonic())
                         writer.write(b"454 4.7.0 Throttling failure: Maximum sending rate exceeded.\r\n")
+                elif verb == b"RCPT" and not mail:
+                    writer.write(b"503 5.5.1 Error: need MAIL command\r\n")
                 elif verb == b"RCPT":
                     recipients.append(line.partition(b"<")[2].partition(b">")[0].decode())
                     writer.write(b"250 2.1.5 OK\r\n")
+                elif verb == b"DATA" and not recipients:
+                    writer.write(b"554 5.5.1 Error: no valid recipients\r\n")
                 elif verb == b"DATA":
                     writer.write(b"354 go ahead\r\n")
                     await writer.drain()
@@ -132,7 +138,10 @@ class CountingSmtpServer(LoopThreadServer):
                     connection.messages += 1
                     self.accepted.append(Accepted(now, _message_id(bytes(message)), tuple(recipients)))
                     writer.write(b"250 2.0.0 OK queued\r\n")
-                elif verb in (b"RSET", b"NOOP"):
+                elif verb == b"RSET":
+                    mail, recipients = False, []
+                    writer.write(b"250 2.0.0 OK\r\n")
+                elif verb == b"NOOP":
                     writer.write(b"250 2.0.0 OK\r\n")
                 elif verb == b"QUIT":
                     writer.write(b"221 2.0.0 Bye\r\n")
