@@ -1,7 +1,5 @@
 """Traffic shaping in one worker against real servers on loopback: connections, reuse, rates, suspensions, dead sites.
 
-Several workers sharing a store (PostgreSQL, Redis) are in test_shaping_processes.py.
-"""
 
 from __future__ import annotations
 
