@@ -1,4 +1,4 @@
-"""Traffic shaping in one worker against real servers on loopback: connections, reuse, rates, suspensions, dead sites.
+"""Traffic shaping in one worker against servers on loopback: connections, reuse, rates, suspensions, dead sites."""
 
 
 from __future__ import annotations
