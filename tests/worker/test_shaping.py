@@ -1,6 +1,5 @@
 """Traffic shaping in one worker against servers on loopback: connections, reuse, rates, suspensions, dead sites."""
 
-
 from __future__ import annotations
 
 import asyncio
