@@ -6,6 +6,7 @@ import json
 import uuid
 from datetime import timedelta
 from io import StringIO
+from typing import Any
 
 import pytest
 from django.core.management import call_command
@@ -84,12 +85,32 @@ def test_status_lists_the_suspended_destinations() -> None:
         "strikes": 2,
         "reply": {"code": 421, "status": "4.7.0", "text": "Try again later, closing connection"},
     }
-    lines = run("mailqueue_status").split("suspended destinations")[1].splitlines()
+    lines = run("mailqueue_status").split("suspended destinations")[1].split("limits in force")[0].splitlines()
     (line,) = [line for line in lines if line.startswith("  ")]
     destination, _, until, *_ = line.split()
     assert (destination, until) == (".google.com", (now + timedelta(minutes=10)).isoformat(timespec="seconds"))
     assert "strike 2 since" in line and line.endswith(": 421 4.7.0 Try again later, closing connection")
     assert "over.example" not in "".join(lines)
+
+
+def test_status_lists_the_limits_in_force(settings: Any) -> None:
+    settings.MAILQUEUE = {
+        "ROUTES": {
+            "*": "mx",
+            "corp.example": {"HOST": "relay.corp.example", "PORT": 587, "RATE": "14/s", "CONNECTIONS": 3},
+        },
+        "SHAPING": {".google.com": {"RATE": "20/s", "SUSPEND": 120}, "*": {"CONNECTIONS": 4}},
+    }
+    limits = {row["destination"]: row for row in json.loads(run("mailqueue_status", "--json"))["limits"]}
+    assert list(limits) == ["relay:relay.corp.example:587", ".google.com", "*"]
+    relay, google, every_other = limits.values()
+    assert (relay["rate"], relay["connections"], relay["source"]) == ("14/s", 3, 'ROUTES["corp.example"]')
+    assert (google["rate"], google["connections"], google["suspend"]) == ("20/s", 4, 120.0)  # "*"'s connections
+    assert (every_other["rate"], every_other["connections"], every_other["source"]) == (None, 4, 'SHAPING["*"]')
+    lines = run("mailqueue_status").split("limits in force")[1].splitlines()[1:]
+    assert lines[0].split()[:3] == ["relay:relay.corp.example:587", "rate", "14/s,"]
+    assert lines[1].split()[:3] == [".google.com", "rate", "20/s,"] and "suspensions 120–3600 s" in lines[1]
+    assert lines[2].split()[:3] == ["*", "rate", "-,"] and lines[2].endswith('(SHAPING["*"])')
 
 
 def test_flush_makes_deferred_mail_due_now() -> None:

@@ -158,3 +158,48 @@ def test_the_setting_without_prometheus_client_is_a_check_error(monkeypatch: pyt
     with override_settings(MAILQUEUE={"METRICS_COLLECTOR": True}):
         errors = [m for m in run_checks() if m.id == "mailqueue.E025"]
     assert len(errors) == 1 and "pip install 'django-mailqueue[prometheus]'" in errors[0].msg
+
+
+def test_suspended_destinations_are_counted_under_bounded_labels(store_config: dict[str, Any]) -> None:
+    with override_settings(MAILQUEUE={"STORE": store_config}):
+        store, now = get_store(), SystemClock().now()
+        throttled = Reply(421, "4.7.0", "Try again later")
+        for destination in (".google.com", "a.example", "b.example", "relay:old.example:25"):
+            store.suspend(destination, until=now + timedelta(minutes=5), reply=throttled, now=now)
+        store.suspend(
+            "ended.example", until=now - timedelta(seconds=1), reply=throttled, now=now - timedelta(minutes=1)
+        )
+        registry = CollectorRegistry()
+        shaped = [".google.com", ".outlook.com", "relay:smtp.example.net:587"]
+        registry.register(QueueCollector(cache=0, destinations=lambda: shaped))
+        samples = parse(generate_latest(registry).decode())
+    suspended = {
+        dict(labels)["destination"]: count
+        for (name, labels), count in samples.items()
+        if name == "mailqueue_destinations_suspended"
+    }
+    assert suspended == {".google.com": 1, ".outlook.com": 0, "relay:smtp.example.net:587": 0, "other": 3}
+
+
+def test_the_named_destinations_come_from_the_settings() -> None:
+    shaped = {
+        "STORE": {"BACKEND": "django_mailqueue.stores.memory.MemoryStore"},
+        "ROUTES": {
+            "*": "mx",
+            "corp.example": {"HOST": "Relay.Corp.example", "PORT": 587, "RATE": "14/s"},
+            "corp.test": {"HOST": "relay.corp.example", "PORT": 587},
+        },
+        "SHAPING": {".google.com": {"RATE": "20/s"}, "outlook.com": {"CONNECTIONS": 5}, "*": {"CONNECTIONS": 4}},
+    }
+    with override_settings(MAILQUEUE=shaped):
+        store, now = get_store(), SystemClock().now()
+        store.suspend("gmail.example", until=now + timedelta(minutes=5), reply=Reply(421, "", "later"), now=now)
+        registry = CollectorRegistry()
+        registry.register(QueueCollector(cache=0, store=store))
+        samples = parse(generate_latest(registry).decode())
+    suspended = {
+        dict(labels)["destination"]: count
+        for (name, labels), count in samples.items()
+        if name == "mailqueue_destinations_suspended"
+    }
+    assert suspended == {".google.com": 0, "outlook.com": 0, "relay:relay.corp.example:587": 0, "other": 1}

@@ -39,6 +39,7 @@ from ..core.errors import QueueError
 from ..core.items import ItemQuery, ItemState, QueueItem, RecipientState
 from ..history import history_alias
 from ..models import QueuedItem
+from ..shaping_limits import limits_in_force
 from ..stores import get_store
 from ..stores.base import QueueStore
 from .actions import (
@@ -522,6 +523,7 @@ class QueueAdmin(ReadOnlyRows, _ModelAdmin):
             else [],
             oldest=self._row(summary.oldest_due, now) if summary and summary.oldest_due else None,
             suspended=suspension_rows(self, suspended, now),
+            limits=limits_in_force(get_settings()),
             may_resume=request.user.has_perm(RESUME_PERMISSION),
             resume_url=self._url("resume"),
             chart=hourly_outcomes(now=now, alias=history_alias(get_store())),

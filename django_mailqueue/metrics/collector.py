@@ -6,7 +6,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
@@ -15,9 +15,11 @@ from prometheus_client.registry import Collector
 from ..core.clock import Clock, SystemClock
 from ..core.errors import QueueError
 from ..core.items import ItemState
+from ..core.shaping import Suspension
 from ..core.status import QueueSummary
 from ..stores import get_store
 from ..stores.base import QueueStore
+from .labels import OTHER_DESTINATIONS, configured_destinations
 
 logger = logging.getLogger("django_mailqueue")
 
@@ -28,18 +30,30 @@ DEFAULT_QUEUE = "default"
 
 
 class QueueCollector(Collector):
-    """`mailqueue_queue_items{queue,state}`, the oldest due item's age and wait, and `mailqueue_store_up`.
+    """`mailqueue_queue_items{queue,state}`, the oldest due item's age and wait, the suspended destinations, and
+    `mailqueue_store_up`.
 
-    Read with the store's summary (what `mailqueue_status` prints), at most once per `cache` seconds
-    whatever the scrapes; `store` None reads the configured store (`get_store()`) each time.
+    Read with the store's summary (what `mailqueue_status` prints) and its suspensions, at most once per `cache`
+    seconds whatever the scrapes; `store` None reads the configured store (`get_store()`) each time.
+    `destinations` gives the destinations labelled by name (by default the settings' shaping keys); the
+    others are counted under `other`.
     """
 
-    def __init__(self, *, cache: float = CACHE_SECONDS, store: QueueStore | None = None, clock: Clock | None = None):
+    def __init__(
+        self,
+        *,
+        cache: float = CACHE_SECONDS,
+        store: QueueStore | None = None,
+        clock: Clock | None = None,
+        destinations: Callable[[], Sequence[str]] = configured_destinations,
+    ):
         self.cache = cache
         self._store = store
         self._clock: Clock = clock or SystemClock()
+        self._destinations = destinations
         self._lock = threading.Lock()
         self._summary: QueueSummary | None = None
+        self._suspended: list[Suspension] = []
         self._read_at: float | None = None
 
     def describe(self) -> Iterable[GaugeMetricFamily]:
@@ -48,7 +62,7 @@ class QueueCollector(Collector):
 
     def collect(self) -> Iterable[GaugeMetricFamily]:
         summary = self.summary()
-        up, items, age, wait = self._families()
+        up, items, age, wait, suspended = self._families()
         up.add_metric([], 0 if summary is None else 1)
         if summary is None:
             return [up]
@@ -60,7 +74,14 @@ class QueueCollector(Collector):
         oldest, now = summary.oldest_due, self._clock.now()
         age.add_metric([], 0 if oldest is None else max(0.0, (now - oldest.created).total_seconds()))
         wait.add_metric([], 0 if oldest is None else max(0.0, (now - oldest.next_attempt).total_seconds()))
-        return [up, items, age, wait]
+        named = dict.fromkeys(self._destinations(), 0)
+        for suspension in self._suspended:
+            key = suspension.destination if suspension.destination in named else OTHER_DESTINATIONS
+            named[key] = named.get(key, 0) + 1
+        named.setdefault(OTHER_DESTINATIONS, 0)
+        for destination, count in named.items():
+            suspended.add_metric([destination], count)
+        return [up, items, age, wait, suspended]
 
     def summary(self) -> QueueSummary | None:
         """The store's summary, read again when the last is older than `cache` seconds; None when the store failed
@@ -69,16 +90,20 @@ class QueueCollector(Collector):
             if self._read_at is not None and time.monotonic() - self._read_at < self.cache:
                 return self._summary
             store = self._store or get_store()
+            now = self._clock.now()
             try:
-                self._summary = store.summary(now=self._clock.now())
+                self._summary = store.summary(now=now)
+                self._suspended = store.suspensions(now=now)
             except QueueError as exc:
                 logger.warning("queue metrics: the store's summary failed: %s", exc)
-                self._summary = None
+                self._summary, self._suspended = None, []
             self._read_at = time.monotonic()
             return self._summary
 
     @staticmethod
-    def _families() -> tuple[GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily]:
+    def _families() -> tuple[
+        GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily
+    ]:
         return (
             GaugeMetricFamily("mailqueue_store_up", "1 when the last read of the queue's summary succeeded, else 0."),
             GaugeMetricFamily(
@@ -90,6 +115,12 @@ class QueueCollector(Collector):
             GaugeMetricFamily(
                 "mailqueue_oldest_due_wait_seconds",
                 "Seconds the oldest due item has been due without a worker taking it; 0: none is due.",
+            ),
+            GaugeMetricFamily(
+                "mailqueue_destinations_suspended",
+                "Destinations no worker connects to until their suspension ends: 1 or 0 for each one the settings "
+                'shape by name, and how many others under destination="other".',
+                labels=["destination"],
             ),
         )
 

@@ -1,4 +1,5 @@
-"""Label values of bounded cardinality: a recipient's route as `ROUTES` names it, a reply's status class."""
+"""Label values of bounded cardinality: a recipient's route as `ROUTES` names it, a reply's status class, a
+shaped destination."""
 
 from __future__ import annotations
 
@@ -33,3 +34,16 @@ def status_class(reply: Reply) -> str:
     connection, the queue's own decision) that of the enhanced status code; "other" for anything else."""
     first = str(reply.code)[:1] if reply.code is not None else reply.status[:1]
     return f"{first}xx" if first in ("2", "4", "5") else "other"
+
+
+#: The destination label of every suspended destination the settings do not name.
+OTHER_DESTINATIONS = "other"
+
+
+def configured_destinations() -> list[str]:
+    """The destinations the settings name (each relay's, each `SHAPING` entry's but `"*"`'s): the
+    `destination` label's values besides `OTHER_DESTINATIONS`."""
+    from ..conf import get_settings
+    from ..shaping_limits import named_destinations
+
+    return named_destinations(get_settings())

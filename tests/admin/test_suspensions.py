@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from django.contrib.admin.models import LogEntry
@@ -152,3 +153,21 @@ def test_resume_needs_the_csrf_token(resumer: User, held: Held) -> None:
     data = {"destination": "gmail.example", "confirm": "yes", "csrfmiddlewaretoken": str(token)}
     assert client.post(reverse(RESUME), data).status_code == 302
     assert len(held.store.suspensions(now=held.now)) == 1
+
+
+def test_the_overview_lists_the_limits_in_force(resumer: User, store: QueueStore, settings: Any) -> None:
+    settings.MAILQUEUE = {
+        **settings.MAILQUEUE,
+        "ROUTES": {"*": "mx", "corp.example": {"HOST": "relay.corp.example", "PORT": 587, "RATE": "14/s"}},
+        "SHAPING": {".google.com": {"RATE": "20/s", "CONNECTIONS": 5}},
+    }
+    html = client_for(resumer).get(reverse(OVERVIEW)).content.decode()
+    table = html.split('id="mq-limits"')[1].split("</table>")[0]
+    rows = [
+        re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", row) for row in re.findall(r'<tr class="mq-limit">(.*?)</tr>', table)
+    ]
+    assert rows == [
+        ["relay:relay.corp.example:587", "14/s", "-", "-", "60–3600 s", "5", "ROUTES[&quot;corp.example&quot;]"],
+        [".google.com", "20/s", "5", "100", "60–3600 s", "5", "SHAPING[&quot;.google.com&quot;]"],
+        ["*", "-", "10", "100", "60–3600 s", "5", "the defaults"],
+    ]

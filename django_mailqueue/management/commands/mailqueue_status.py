@@ -1,5 +1,5 @@
 """`manage.py mailqueue_status [--json]`: counts by state and queue, the oldest due item, deferred by domain,
-suspended destinations."""
+suspended destinations, the limits in force."""
 
 from __future__ import annotations
 
@@ -9,16 +9,18 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from ...conf import get_settings
 from ...core.clock import SystemClock
 from ...core.errors import QueueError
 from ...core.items import ItemState
+from ...shaping_limits import limits_in_force
 from ...stores import get_store
 
 
 class Command(BaseCommand):
     help = (
         "Show the mail queue: counts by state and queue, the oldest due item, deferred mail by domain, "
-        "suspended destinations."
+        "suspended destinations and the limits in force."
     )
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
@@ -34,6 +36,8 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
         data = summary.as_dict()
         data["suspended"] = [suspension.as_dict() for suspension in suspended]
+        limits = limits_in_force(get_settings())
+        data["limits"] = [row.as_dict() for row in limits]
         if options["json"]:
             self.stdout.write(json.dumps(data, indent=2))
             return
@@ -59,8 +63,8 @@ class Command(BaseCommand):
         self.stdout.write("")
         if not suspended:
             self.stdout.write("suspended destinations: none")
-            return
-        self.stdout.write("suspended destinations (no new connection before the time given):")
+        else:
+            self.stdout.write("suspended destinations (no new connection before the time given):")
         for suspension in suspended:
             left = suspension.until - now
             self.stdout.write(
@@ -68,3 +72,13 @@ class Command(BaseCommand):
                 f"(in {int(left.total_seconds())} s), strike {suspension.strikes} since "
                 f"{suspension.since.isoformat(timespec='seconds')}: {suspension.reply}"
             )
+        if limits:
+            self.stdout.write("")
+            self.stdout.write("limits in force (rate: every worker together; connections: per worker process):")
+            width = max(len(row.destination) for row in limits)
+            for row in limits:
+                self.stdout.write(
+                    f"  {row.destination:<{width}}  rate {row.rate}, {row.connections} connections, "
+                    f"{row.messages_per_connection} messages a connection, suspensions {row.suspension}, "
+                    f"dead after {row.policy.dead_after}  ({row.source})"
+                )
