@@ -1,4 +1,4 @@
-"""The admin pages' own security headers: a Content-Security-Policy and `nosniff`, whatever the site's middleware.
+"""The admin pages' wrapping: behind the admin site's login, with their own security headers (a CSP and `nosniff`).
 
 A queued message is input from anyone, and the item page shows its headers and
 a preview of its HTML: these headers hold even on a site without
@@ -9,11 +9,12 @@ left as it is.
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import wraps
+from functools import update_wrapper, wraps
 from typing import Any
 from urllib.parse import urlsplit
 
 from django.conf import settings
+from django.contrib.admin import ModelAdmin
 from django.http import HttpResponseBase
 from django.urls import URLPattern
 
@@ -61,3 +62,14 @@ def secure_view(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResp
 def secure_urls(patterns: list[URLPattern]) -> list[URLPattern]:
     """The admin's URL patterns, each view wrapped by `secure_view`."""
     return [URLPattern(p.pattern, secure_view(p.callback), p.default_args, p.name) for p in patterns]
+
+
+def admin_page(model_admin: ModelAdmin[Any], view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResponseBase]:
+    """`view` as one of `model_admin`'s pages: behind the admin site's login and staff check, as Django's own
+    `ModelAdmin.get_urls` wraps its views."""
+
+    def wrapper(*args: Any, **kwargs: Any) -> HttpResponseBase:
+        return model_admin.admin_site.admin_view(view)(*args, **kwargs)
+
+    wrapper.model_admin = model_admin  # type: ignore[attr-defined]
+    return update_wrapper(wrapper, view)

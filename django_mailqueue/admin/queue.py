@@ -13,7 +13,6 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from functools import update_wrapper
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
@@ -58,7 +57,7 @@ from .actions import (
     matching_ids,
     move_items,
 )
-from .headers import secure_urls
+from .headers import admin_page, secure_urls
 from .listing import (
     DOMAIN_PARAM,
     MAX_PAGE,
@@ -135,11 +134,7 @@ class QueueAdmin(ReadOnlyRows, _ModelAdmin):
         prefix = f"{self.opts.app_label}_{self.opts.model_name}"
 
         def wrap(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResponseBase]:
-            def wrapper(*args: Any, **kwargs: Any) -> HttpResponseBase:
-                return self.admin_site.admin_view(view)(*args, **kwargs)
-
-            wrapper.model_admin = self  # type: ignore[attr-defined]
-            return update_wrapper(wrapper, view)
+            return admin_page(self, view)
 
         return secure_urls(
             [

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from functools import update_wrapper
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
@@ -29,7 +28,7 @@ from ..core.items import Suppression
 from ..models import SuppressedAddress
 from ..stores import get_store
 from ..suppression import BY_HAND_STATUS, by_hand, shown_since
-from .headers import secure_urls
+from .headers import admin_page, secure_urls
 
 #: Addresses one add or remove takes.
 MAX_ADDRESSES = 500
@@ -92,11 +91,7 @@ class SuppressionAdmin(_ModelAdmin):
         prefix = f"{self.opts.app_label}_{self.opts.model_name}"
 
         def wrap(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResponseBase]:
-            def wrapper(*args: Any, **kwargs: Any) -> HttpResponseBase:
-                return self.admin_site.admin_view(view)(*args, **kwargs)
-
-            wrapper.model_admin = self  # type: ignore[attr-defined]
-            return update_wrapper(wrapper, view)
+            return admin_page(self, view)
 
         return secure_urls(
             [
