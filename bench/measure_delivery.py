@@ -4,7 +4,10 @@ Ours: `manage.py mailqueue_work --once` (K of them started together);
 django-mailer: `manage.py send_mail`; post-office: `manage.py send_queued_mail`
 (`--processes 1` and `--processes 2`). `deliver.1.dkim-rsa` and
 `deliver.1.dkim-ed25519`: ours, one process, the same mail DKIM-signed
-(RSA-2048, Ed25519) by the worker. The queue is filled before the clock
+(RSA-2048, Ed25519) by the worker. `deliver.1.shaped`: ours, one process,
+the relay route with traffic-shaping limits that do not bind (RATE, CONNECTIONS,
+MESSAGES_PER_CONNECTION far above what one process reaches), run right after
+each `deliver.1` of the same store: issue 20 wants it within 5% of it. The queue is filled before the clock
 starts (a copy of a filled template database). The rate is N / wall time from
 starting the processes until the last one exits, process start-up included
 (reported apart as `startup`). A run counts only if smtp-sink received all N
@@ -24,6 +27,8 @@ from .measure_raw import aiosmtplib_rate
 MIB = 1024 * 1024
 #: measure -> the DKIM algorithm ours signs with in it
 DKIM_MEASURES = {"deliver.1.dkim-rsa": "rsa-sha256", "deliver.1.dkim-ed25519": "ed25519-sha256"}
+#: ours, one process, with traffic-shaping limits that do not bind (bench/projects/ours_settings.py: BENCH_SHAPED)
+SHAPED = "deliver.1.shaped"
 
 
 def commands(ctx: Context, cfg: Config, processes: int) -> list[list[str]]:
@@ -36,7 +41,11 @@ def commands(ctx: Context, cfg: Config, processes: int) -> list[list[str]]:
 
 
 def plans(ctx: Context) -> list[tuple[str, Config, int]]:
-    out: list[tuple[str, Config, int]] = [("deliver.1", cfg, 1) for cfg in ctx.available([*ALL, *TUNED])]
+    out: list[tuple[str, Config, int]] = []
+    for cfg in ctx.available([*ALL, *TUNED]):
+        out.append(("deliver.1", cfg, 1))
+        if cfg.lib == "ours" and not cfg.tuned:  # right after its unshaped twin: the pair meets the same machine
+            out.append((SHAPED, cfg, 1))
     for cfg in ctx.available(OURS):
         out.append(("deliver.2", cfg, 2))
         out.append(("deliver.4", cfg, 4))
@@ -87,6 +96,8 @@ def deliver_once(
     name = f"{measure}-{cfg.key}-r{rep + 1}"
     extra = {"BENCH_CONCURRENCY": str(concurrency)} if concurrency else {}
     extra.update(dkim_env(ctx, measure))
+    if measure == SHAPED:
+        extra["BENCH_SHAPED"] = "1"
     with ctx.fresh(cfg, "filled", count=count, size=size) as db:
         before = ctx.servers.sink.counters()
         group = procs.measure(
@@ -122,7 +133,7 @@ def deliver_once(
 
 def run(ctx: Context) -> None:
     n, size = ctx.args.n, ctx.args.size
-    for measure in ("deliver.1", "deliver.2", "deliver.4", "rss.deliver", *DKIM_MEASURES):
+    for measure in ("deliver.1", SHAPED, "deliver.2", "deliver.4", "rss.deliver", *DKIM_MEASURES):
         ctx.mark_redis(measure, "MiB" if measure.startswith("rss") else "msg/s")
     for cfg in (MAILER_SQLITE, MAILER_PG):
         for measure in ("deliver.2", "deliver.4"):

@@ -24,6 +24,18 @@ MAILQUEUE: dict[str, object] = {
     "HOSTNAME": "bench.example",
     "ROUTES": {"*": {"HOST": "127.0.0.1", "PORT": SINK_PORT, "TLS": "none"}},
 }
+# `deliver.1.shaped`: traffic-shaping limits on the relay that one process never reaches (issue 20, line 5)
+if os.environ.get("BENCH_SHAPED"):
+    MAILQUEUE["ROUTES"] = {
+        "*": {
+            "HOST": "127.0.0.1",
+            "PORT": SINK_PORT,
+            "TLS": "none",
+            "RATE": "100000/s",
+            "CONNECTIONS": 100,
+            "MESSAGES_PER_CONNECTION": 100000,
+        }
+    }
 if os.environ.get("BENCH_CONCURRENCY"):
     MAILQUEUE["CONCURRENCY"] = int(os.environ["BENCH_CONCURRENCY"])
 # `deliver.1.dkim-*`: the same mail signed (bench/measure_delivery.py writes the key)
