@@ -20,9 +20,11 @@ from .validation import number as _number
 
 #: The periods a RATE may name, in seconds.
 RATE_PERIODS = {"s": 1.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
-#: The share of a RATE's count that may go at once (the token bucket's size): "50/s" sends at most 55 in
-#: any second, "50000/d" 5,000 at once and then the rest spread over the day.
-BURST_FRACTION = 0.1
+#: The share of a RATE's count that may go at once (the token bucket's size, rounded down, at least one):
+#: "50/s" sends at most 52 in any second — what the relay counts is when each message reaches it, so the
+#: rest of a 10% margin is left for the time between taking a token and the end of the message's data
+#: (a first connection's set-up, a worker's pause) — and "50000/d" 2,500 at once, the rest spread over the day.
+BURST_FRACTION = 0.05
 #: A worker asks the store for the tokens of at most this many seconds of the rate at once (at least one).
 BATCH_SECONDS = 0.05
 #: A destination's connection limit, per worker process, when SHAPING does not set one: half the
@@ -67,7 +69,7 @@ class Rate:
     @property
     def burst(self) -> int:
         """The token bucket's size: how many may go at once after a quiet spell."""
-        return max(1, math.ceil(self.count * BURST_FRACTION))
+        return max(1, math.floor(self.count * BURST_FRACTION))
 
     @property
     def batch(self) -> int:

@@ -40,13 +40,13 @@ def test_a_bad_rate_is_refused_saying_what_a_rate_looks_like(text: Any) -> None:
         parse_rate(text)
 
 
-def test_a_tenth_of_a_rate_may_go_at_once_and_a_worker_asks_for_a_few_tokens_at_a_time() -> None:
-    assert Rate(50, 1).burst == 5  # "50/s": at most 55 in any one second
-    assert Rate(50, 1).batch == 3  # 0.05 s of the rate
-    assert Rate(14, 1).burst == 2 and Rate(14, 1).batch == 1
-    assert Rate(50000, 86400).burst == 5000 and Rate(50000, 86400).batch == 1
+def test_a_twentieth_of_a_rate_may_go_at_once_and_a_worker_asks_for_a_few_tokens_at_a_time() -> None:
+    assert Rate(50, 1).burst == 2  # "50/s": at most 52 in any one second, 3 more left for the way to the relay
+    assert Rate(50, 1).batch == 2  # 0.05 s of the rate (3), at most the bucket
+    assert Rate(14, 1).burst == 1 and Rate(14, 1).batch == 1
+    assert Rate(50000, 86400).burst == 2500 and Rate(50000, 86400).batch == 1
     assert Rate(1, 3600).burst == 1
-    assert Rate(2000, 1).batch == 100
+    assert Rate(2000, 1).burst == 100 and Rate(2000, 1).batch == 100
 
 
 def test_a_relay_takes_its_limits_in_its_route() -> None:
