@@ -57,12 +57,14 @@ def forgotten(until: datetime, now: datetime) -> bool:
 def next_suspension(
     recorded: Suspension | None, destination: str, *, until: datetime, reply: Reply, now: datetime
 ) -> Suspension:
-    """The record `suspend` keeps, given the one it holds (None when none): the rule every store follows."""
+    """The record `suspend` keeps, given the one it holds (None when none): the rule every store follows.
+
+    A suspension recorded while the one held is still in force is the same episode (several workers met the
+    same replies at once): one strike, not one a worker. One recorded after it ended is a strike more."""
     if recorded is None or forgotten(recorded.until, now):
         return Suspension(destination, until, reply, since=now, strikes=1)
-    return Suspension(
-        destination, max(recorded.until, until), reply, since=recorded.since, strikes=recorded.strikes + 1
-    )
+    strikes = recorded.strikes if recorded.until > now else recorded.strikes + 1
+    return Suspension(destination, max(recorded.until, until), reply, since=recorded.since, strikes=strikes)
 
 
 def refill(left: float, updated: int | None, *, rate: float, burst: int, now: int) -> tuple[float, int]:

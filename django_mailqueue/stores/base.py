@@ -226,8 +226,9 @@ class QueueStore(abc.ABC):
         """Record that no worker opens a new connection to `destination` before `until`; the record kept.
 
         Atomic (`core.shaping.next_suspension` is the rule): with a record (even one whose `until` has
-        passed, until it is forgotten), `strikes` is its strikes + 1, `until` the later of the two and
-        `since` kept; else `strikes` is 1 and `since` is `now`. The reply is the one given.
+        passed, until it is forgotten), `strikes` is its strikes + 1 — its strikes unchanged while it is in
+        force (`until > now`: the same episode) — `until` the later of the two and `since` kept; else
+        `strikes` is 1 and `since` is `now`. The reply is the one given.
         """
 
     @abc.abstractmethod

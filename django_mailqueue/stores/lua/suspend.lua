@@ -11,7 +11,8 @@
 -- ARGV[8]  the reply's text
 --
 -- core/shaping.next_suspension: with a record (even one past its until, until it is forgotten),
--- strikes + 1, the later until, since kept; else 1 strike since now. Records forgotten by now are
+-- the later until, since kept, and strikes + 1 — the same strikes while it is still in force (the
+-- same episode, met by another worker too); else 1 strike since now. Records forgotten by now are
 -- dropped here first. Returns {until, since, strikes}.
 local prefix, destination, now, forget = ARGV[1], ARGV[2], tonumber(ARGV[4]), tonumber(ARGV[5])
 local stale = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', string.format('%d', now - forget))
@@ -23,7 +24,10 @@ local key = prefix .. 'suspension:' .. destination
 local held = redis.call('HMGET', key, 'until', 'since', 'strikes')
 local ends, since, strikes = ARGV[3], ARGV[4], 1
 if held[1] then
-  since, strikes = held[2], tonumber(held[3]) + 1
+  since, strikes = held[2], tonumber(held[3])
+  if tonumber(held[1]) <= now then
+    strikes = strikes + 1
+  end
   if tonumber(held[1]) > tonumber(ends) then
     ends = held[1]
   end

@@ -30,7 +30,8 @@ def suspend(alias: str, destination: str, *, until: datetime, reply: Reply, now:
         ignore_conflicts=True,
     )
     found = rows.select_for_update().get(destination=destination)
-    kept = next_suspension(_suspension(found), destination, until=until, reply=reply, now=now)
+    recorded = _suspension(found) if found.strikes else None  # the placeholder is no record
+    kept = next_suspension(recorded, destination, until=until, reply=reply, now=now)
     rows.filter(destination=destination).update(
         until=to_micros(kept.until),
         since=to_micros(kept.since),

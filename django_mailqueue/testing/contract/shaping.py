@@ -97,12 +97,15 @@ class Shaping(ContractBase):
 
     def test_strikes_add_up_while_it_keeps_happening(self, store: QueueStore) -> None:
         store.suspend(".google.com", until=at(60), reply=THROTTLED, now=T0)
-        second = store.suspend(".google.com", until=at(30), reply=LATER, now=at(10))
-        assert (second.strikes, second.until, second.since, second.reply) == (2, at(60), T0, LATER)  # the later until
-        # past its until, the record is kept: the next suspension is a third strike
-        third = store.suspend(".google.com", until=at(300), reply=THROTTLED, now=at(120))
+        # while it is in force, another suspension is the same episode: one strike, the later until
+        same = store.suspend(".google.com", until=at(30), reply=LATER, now=at(10))
+        assert (same.strikes, same.until, same.since, same.reply) == (1, at(60), T0, LATER)
+        # past its until, the record is kept: the next suspension is a second strike
+        second = store.suspend(".google.com", until=at(180), reply=THROTTLED, now=at(60))
+        assert (second.strikes, second.until, second.since) == (2, at(180), T0)
+        third = store.suspend(".google.com", until=at(300), reply=THROTTLED, now=at(200))
         assert (third.strikes, third.until, third.since) == (3, at(300), T0)
-        assert store.suspensions(now=at(120)) == [third]
+        assert store.suspensions(now=at(200)) == [third]
 
     def test_a_record_long_past_its_until_is_forgotten(self, store: QueueStore) -> None:
         store.suspend("example.org", until=at(60), reply=THROTTLED, now=T0)
@@ -140,10 +143,14 @@ class Shaping(ContractBase):
         again = store.suspend("example.org", until=at(60), reply=THROTTLED, now=at(2))
         assert (again.strikes, again.since) == (1, at(2))
 
-    def test_concurrent_suspensions_count_every_strike(self, store: QueueStore) -> None:
+    def test_concurrent_suspensions_are_one_strike_with_the_latest_until(self, store: QueueStore) -> None:
         self.in_threads(6, lambda i: store.suspend("busy.example", until=at(60 + i), reply=THROTTLED, now=T0))
         (kept,) = store.suspensions(now=T0)
-        assert (kept.strikes, kept.until) == (6, at(65))
+        assert (kept.strikes, kept.until) == (1, at(65))
+        # after it ended, as many at once are one strike more
+        self.in_threads(6, lambda i: store.suspend("busy.example", until=at(200 + i), reply=THROTTLED, now=at(70)))
+        (kept,) = store.suspensions(now=at(70))
+        assert (kept.strikes, kept.until) == (2, at(205))
 
     def test_a_bad_suspension_is_refused(self, store: QueueStore) -> None:
         for destination, reply in [("", THROTTLED), ("x" * 301, THROTTLED), ("ok.example", Reply(421, "", "a\x00b"))]:
