@@ -400,6 +400,10 @@ class Deliverer:
             if loop.time() >= deadline:
                 break
             held = self.gate.suspended(shaped.key) if self.gate is not None else None
+            if held is not None and not seen:  # suspended meanwhile, nothing tried: a wait, not an attempt
+                decide_all(suspended_reply(held), RecipientState.PENDING)
+                progress.report = DestinationReport(shaped, dest.name, suspended=held)
+                return
             if held is not None:  # another attempt was told to slow down meanwhile: no new session
                 last = suspended_reply(held)
                 break

@@ -17,7 +17,7 @@ from ..delivery.destinations import DestinationReport, suspended_reply
 from .attempt import Attempt
 from .events import Event, tell
 from .record import AttemptOutcome
-from .shaper import GIVE_BACK_AFTER, Hold, Wait
+from .shaper import GIVE_BACK_AFTER, Hold, Ticket, Wait
 
 if TYPE_CHECKING:
     from ..core.clock import Clock
@@ -72,10 +72,12 @@ class ShapingSteps:
                     blocked.append(attempt)
                     waits.append(admission)
                     continue
-                if isinstance(admission, Hold):
+                if isinstance(admission, Hold) and not attempt.listed:
                     self._hold(attempt, admission)
                     continue
-                attempt.ticket = admission
+                # a suspended item with recipients on the suppression list goes on: they fail now, the others
+                # find the destination suspended in the deliverer and wait for its end (no attempt counted)
+                attempt.ticket = admission if not isinstance(admission, Hold) else Ticket()
             attempt.cost = cost
             self._flow.start(cost)
             task = asyncio.create_task(self._attempt(attempt), name=f"mailqueue-attempt-{attempt.item.id}")

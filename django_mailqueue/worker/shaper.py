@@ -28,8 +28,9 @@ from ..stores.base import QueueStore
 
 logger = logging.getLogger("django_mailqueue")
 
-#: Seconds the local view of the store's suspensions is trusted before it is read again.
-VIEW_TTL = 1.0
+#: Seconds the local view of the store's suspensions is trusted before it is read again: how long another
+#: worker may go on opening sessions to a destination one worker has suspended.
+VIEW_TTL = 0.25
 #: Seconds an item may wait in a worker for its destination's turn; one that would wait longer (past the
 #: prefetch) goes back to the store, due when its turn comes.
 GIVE_BACK_AFTER = 2.0
@@ -268,6 +269,10 @@ class Shaper:
         return suspension
 
     async def enter(self, policy: DestinationPolicy) -> Suspension | None:
+        if self.stale:  # no session on a view older than VIEW_TTL, however busy the worker's loop is
+            self.refresh_soon()
+            if self._refreshing is not None:
+                await asyncio.shield(self._refreshing)
         held = self.suspended(policy.key)
         if held is not None:
             return held
