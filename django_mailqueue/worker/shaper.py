@@ -194,8 +194,8 @@ class Shaper:
 
     def wait_estimate(self, policy: DestinationPolicy, place: int) -> float:
         """Seconds until the `place`-th item waiting in this worker for `policy`'s destination may start: by its
-        rate; or by its connections and how long its attempts take — at least as long as the oldest one under
-        way has (a destination that never greets completes none)."""
+        rate; or by its connections and how long its attempts take — until one has ended, as long as the oldest
+        one under way has taken (a destination that never greets completes none)."""
         limits = policy.limits
         if limits.rate is not None:
             return min(300.0, place / limits.rate.per_second)
@@ -203,7 +203,7 @@ class Shaper:
             return 0.0
         began = self._began.get(policy.key)
         oldest = asyncio.get_running_loop().time() - min(began) if began else 0.0
-        per_attempt = max(self._seconds.get(policy.key, 0.0), oldest)
+        per_attempt = self._seconds.get(policy.key, oldest)
         return min(300.0, place * per_attempt / limits.connections)
 
     # --- tokens ---------------------------------------------------------------------------
