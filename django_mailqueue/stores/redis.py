@@ -1,4 +1,5 @@
-"""`RedisStore`: the contract on one Redis (or a primary with replicas), one Lua script per write."""
+"""`RedisStore`: the contract on one Redis (a primary with replicas, Sentinel, or a Cluster), one Lua script per
+write."""
 
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ from .redis_layout import (
     bytes_or_none,
     dump_recipients,
     item_args,
+    layout_prefix,
     suppression_args,
     text,
     to_item,
@@ -75,7 +77,9 @@ class RedisStore(RedisReading, RedisSuppressionList, RedisShaping):
     def __init__(self, options: Mapping[str, Any] | None = None, *, max_items: int | None = None) -> None:
         super().__init__(options, max_items=max_items)
         self.key_prefix: str = self.options.get("key_prefix", conn.DEFAULT_PREFIX)
-        self.keys = Keys(self.key_prefix)
+        #: on a Redis Cluster, every key under a hash tag of the prefix's: one slot, so scripts may touch them all
+        self.cluster: bool = bool(self.options.get("cluster", False))
+        self.keys = Keys(layout_prefix(self.key_prefix, cluster=self.cluster))
         self.on_commit: bool = bool(self.options.get("on_commit", False))
         timeout = float(self.options.get("socket_timeout", conn.DEFAULT_SOCKET_TIMEOUT))
         failover_timeout = conn.failover_timeout(self.options)
@@ -87,6 +91,7 @@ class RedisStore(RedisReading, RedisSuppressionList, RedisShaping):
             timeout=timeout,
             sentinel_spec=sentinel.spec_from_options(self.options) if self.options.get("sentinels") else None,
             failover_timeout=failover_timeout,
+            cluster=self.cluster,
         )
         replicas = int(self.options.get("sync_replicas", 0))
         sync_timeout = float(self.options.get("sync_timeout", conn.DEFAULT_SYNC_TIMEOUT))
@@ -146,7 +151,7 @@ class RedisStore(RedisReading, RedisSuppressionList, RedisShaping):
             raise QueueError(Code.INVALID, "an item id is given twice in the batch")
         now_us = to_micros(now)
         args: builtins.list[scripts.Arg] = [
-            self.key_prefix,
+            self.keys.prefix,
             LAYOUT_VERSION,
             "" if self.max_items is None else str(self.max_items),
             str(len(items)),
@@ -215,7 +220,7 @@ class RedisStore(RedisReading, RedisSuppressionList, RedisShaping):
         lanes = list(dict.fromkeys(queues)) if queues is not None else []
         keys = [self.keys.leases, self.keys.items, self.keys.queues, *self._marker()]
         args: builtins.list[scripts.Arg] = [
-            self.key_prefix,
+            self.keys.prefix,
             owner,
             str(to_micros(now)),
             str(to_micros(lease_expires)),
@@ -246,7 +251,7 @@ class RedisStore(RedisReading, RedisSuppressionList, RedisShaping):
 
     def _renew_args(self, ids: Sequence[uuid.UUID], owner: str, lease_expires: datetime) -> builtins.list[scripts.Arg]:
         check_owner(owner)
-        return [self.key_prefix, owner, str(to_micros(lease_expires)), *(str(uuid.UUID(str(i))) for i in ids)]
+        return [self.keys.prefix, owner, str(to_micros(lease_expires)), *(str(uuid.UUID(str(i))) for i in ids)]
 
     def _renew_keys(self, ids: Sequence[uuid.UUID]) -> builtins.list[str]:
         """`leases`, then each item's key: every key renew.lua touches is declared."""
@@ -289,7 +294,7 @@ class RedisStore(RedisReading, RedisSuppressionList, RedisShaping):
         if before.owner != owner or before.revision != revision:
             raise _lease_lost(item_id, owner)
         after = apply_completion(before, completion)
-        args: builtins.list[scripts.Arg] = [self.key_prefix, str(item_id), owner, str(revision)]
+        args: builtins.list[scripts.Arg] = [self.keys.prefix, str(item_id), owner, str(revision)]
         if after.done:
             args += ["drop", "", "", "", ""]
         else:
@@ -415,7 +420,7 @@ class RedisStore(RedisReading, RedisSuppressionList, RedisShaping):
     def _reschedule_args(self, item_id: uuid.UUID, at: datetime, owner: str | None) -> builtins.list[scripts.Arg]:
         if owner is not None:
             check_owner(owner)
-        return [self.key_prefix, str(item_id), str(to_micros(at)), owner or ""]
+        return [self.keys.prefix, str(item_id), str(to_micros(at)), owner or ""]
 
     def reschedule(self, item_id: uuid.UUID, *, at: datetime, owner: str | None = None) -> bool:
         args = self._reschedule_args(item_id, at, owner)
@@ -433,12 +438,12 @@ class RedisStore(RedisReading, RedisSuppressionList, RedisShaping):
 
     def cancel(self, item_id: uuid.UUID) -> QueueItem | None:
         keys = [self.keys.leases, self.keys.items]
-        args = [self.key_prefix, str(item_id)]
+        args = [self.keys.prefix, str(item_id)]
         return self._do(lambda client: to_item_or_none(scripts.CANCEL.run(client, keys, args, self.wait)))
 
     async def acancel(self, item_id: uuid.UUID) -> QueueItem | None:
         keys = [self.keys.leases, self.keys.items]
-        args: builtins.list[scripts.Arg] = [self.key_prefix, str(item_id)]
+        args: builtins.list[scripts.Arg] = [self.keys.prefix, str(item_id)]
 
         async def work(client: AsyncClient[bytes]) -> QueueItem | None:
             return to_item_or_none(await scripts.CANCEL.arun(client, keys, args, self.wait))

@@ -9,7 +9,7 @@ import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 from urllib.parse import urlsplit
 
 import redis
@@ -37,7 +37,8 @@ LONGEST_PAUSE = 1.0
 
 class RedisClients:
     """The clients of one store, made on first use from `url` (and `password`), a django-redis `cache`, or
-    `sentinel` (the primary its sentinels name).
+    `sentinel` (the primary its sentinels name); with `cluster`, `url` is any node of a Redis Cluster and the
+    clients are redis-py's cluster clients (each command sent to the primary of its keys' slot).
 
     With `failover_timeout` > 0, a call that fails because the primary is gone or read-only is sent again,
     pausing between tries, until it succeeds or that many seconds have passed since its first failure.
@@ -53,8 +54,10 @@ class RedisClients:
         timeout: float,
         sentinel_spec: sentinel.SentinelSpec | None = None,
         failover_timeout: float = 0.0,
+        cluster: bool = False,
     ) -> None:
         self.keys = keys
+        self.cluster = cluster
         self._timeout = timeout
         self._url = url
         self._cache = cache
@@ -77,6 +80,8 @@ class RedisClients:
         self._async_settings: tuple[dict[str, Any], type[Any]] | None = None
         self._async: tuple[asyncio.AbstractEventLoop, AsyncClient[bytes], Any] | None = None
         self._pubsub: redis.asyncio.client.PubSub | None = None
+        #: on a Cluster, the plain client of the `url`'s node the wake-up subscription is made on
+        self._listener: AsyncClient[bytes] | None = None
         self.ready = False
 
     def sync(self) -> SyncClient[bytes]:
@@ -85,7 +90,12 @@ class RedisClients:
             return client
         with self._lock:
             if self._client is None:
-                if self._url is not None:
+                if self._url is not None and self.cluster:
+                    # duck-typed: the store sends commands and pipelines, which a cluster client routes by slot
+                    cluster = conn.sync_cluster_client(self._url, self._timeout, self._password)
+                    self._client = cast("SyncClient[bytes]", cluster)
+                    self._owns_client = True
+                elif self._url is not None:
                     self._client = conn.sync_client_from_url(self._url, self._timeout, self._password)
                     self._owns_client = True
                 elif self._sentinel is not None:
@@ -116,7 +126,9 @@ class RedisClients:
         # An asyncio client belongs to the loop it connected on: a store used from a
         # new loop gets a new client (the worker's loop is one for its whole run).
         manager: Any = None
-        if self._url is not None:
+        if self._url is not None and self.cluster:
+            client = cast("AsyncClient[bytes]", conn.async_cluster_client(self._url, self._timeout, self._password))
+        elif self._url is not None:
             client = conn.async_client_from_url(self._url, self._timeout, self._password)
         else:
             if self._sentinel is None and self._async_settings is None:
@@ -128,6 +140,7 @@ class RedisClients:
                 client = conn.async_client_from_settings(*self._async_settings)
         self._async = (loop, client, manager)
         self._pubsub = None
+        self._listener = None
         return client
 
     def do(self, work: Callable[[SyncClient[bytes]], T]) -> T:
@@ -143,7 +156,7 @@ class RedisClients:
                 if not self.ready:
                     self._check_schema(scripts.SCHEMA.run(client, [self.keys.schema], [LAYOUT_VERSION]))
                     with contextlib.suppress(redis.RedisError):
-                        self._note_policy(client.execute_command("CONFIG", "GET", "maxmemory-policy"))
+                        self._note_policy(client.config_get("maxmemory-policy"))
                 return work(client)
             except QueueError:
                 raise
@@ -153,7 +166,7 @@ class RedisClients:
                 pause = tries.pause(exc)
                 if pause is None:
                     raise conn.translate(exc, self._mask, self.place, tries.spent()) from None
-                if isinstance(exc, redis.exceptions.ReadOnlyError) and self._client is not None:
+                if isinstance(exc, redis.exceptions.ReadOnlyError) and self._client is not None and not self.cluster:
                     # a `url` that reached a replica: the next connections resolve and connect anew
                     self._client.connection_pool.disconnect(inuse_connections=False)
                 time.sleep(pause)
@@ -163,10 +176,14 @@ class RedisClients:
         while True:
             try:
                 client = self.async_()
+                if self.cluster:
+                    # the slot map read once, under the client's lock: redis-py's asyncio cluster client left to
+                    # do it on the first commands, when they come at once, breaks some of their connections
+                    await client.initialize()
                 if not self.ready:
                     self._check_schema(await scripts.SCHEMA.arun(client, [self.keys.schema], [LAYOUT_VERSION]))
                     with contextlib.suppress(redis.RedisError):
-                        self._note_policy(await client.execute_command("CONFIG", "GET", "maxmemory-policy"))  # type: ignore[no-untyped-call]
+                        self._note_policy(await client.config_get("maxmemory-policy"))
                 return await work(client)
             except QueueError:
                 raise
@@ -176,7 +193,7 @@ class RedisClients:
                 pause = tries.pause(exc)
                 if pause is None:
                     raise conn.translate(exc, self._mask, self.place, tries.spent()) from None
-                if isinstance(exc, redis.exceptions.ReadOnlyError) and self._async is not None:
+                if isinstance(exc, redis.exceptions.ReadOnlyError) and self._async is not None and not self.cluster:
                     await self._async[1].connection_pool.disconnect(inuse_connections=False)
                 await asyncio.sleep(pause)
 
@@ -198,7 +215,7 @@ class RedisClients:
         Raises `STORE_UNAVAILABLE` when Redis cannot be reached.
         """
         try:
-            reply = self.sync().execute_command("CONFIG", "GET", "maxmemory-policy")
+            reply = self.sync().config_get("maxmemory-policy")
         except redis.exceptions.NoPermissionError:
             return None
         except (redis.RedisError, OSError) as exc:
@@ -237,17 +254,19 @@ class RedisClients:
             manager, self._sync_sentinel = self._sync_sentinel, None
             current, self._async = self._async, None
             pubsub, self._pubsub = self._pubsub, None
+            listener, self._listener = self._listener, None
         if current is not None:
             loop, aclient, amanager = current
             if not loop.is_closed() and not loop.is_running():
-                loop.run_until_complete(_close_async(aclient, pubsub, amanager))
+                loop.run_until_complete(_close_async(aclient, pubsub, amanager, listener))
         self._close_sync(client, owned, manager)
 
     async def aclose(self) -> None:
         current, self._async = self._async, None
         pubsub, self._pubsub = self._pubsub, None
+        listener, self._listener = self._listener, None
         if current is not None and current[0] is asyncio.get_running_loop():
-            await _close_async(current[1], pubsub, current[2])
+            await _close_async(current[1], pubsub, current[2], listener)
         with self._lock:
             client, self._client = self._client, None
             owned, self._owns_client = self._owns_client, False
@@ -297,6 +316,12 @@ class RedisClients:
     async def _subscription(self) -> redis.asyncio.client.PubSub:
         client = self.async_()
         if self._pubsub is None:
+            if self.cluster:
+                # PUBLISH reaches every node of a Cluster: one node's subscription hears every add
+                assert self._url is not None
+                if self._listener is None:
+                    self._listener = conn.async_client_from_url(self._url, self._timeout, self._password)
+                client = self._listener
             pubsub = client.pubsub()
             await pubsub.subscribe(self.keys.wakeup)
             self._pubsub = pubsub
@@ -317,11 +342,16 @@ async def _quietly(closing: Awaitable[Any]) -> None:
 
 
 async def _close_async(
-    client: AsyncClient[bytes], pubsub: redis.asyncio.client.PubSub | None, manager: Any = None
+    client: AsyncClient[bytes],
+    pubsub: redis.asyncio.client.PubSub | None,
+    manager: Any = None,
+    listener: AsyncClient[bytes] | None = None,
 ) -> None:
     if pubsub is not None:
         await _quietly(pubsub.aclose())  # type: ignore[attr-defined, unused-ignore]
         await asyncio.sleep(0)  # the pub/sub connection closes without waiting: let its transport go
+    if listener is not None:
+        await _quietly(listener.aclose())  # type: ignore[attr-defined, unused-ignore]
     if manager is not None:
         await _quietly(sentinel.close_async(client, manager))
     else:

@@ -34,6 +34,8 @@ OPTION_NAMES = frozenset(
         "failover_timeout",
         "sync_replicas",
         "sync_timeout",
+        "cluster",
+        "partitions",
         *SENTINEL_OPTION_NAMES,
     }
 )
@@ -43,7 +45,7 @@ DEFAULT_SOCKET_TIMEOUT = 10.0
 DEFAULT_FAILOVER_TIMEOUT_SENTINEL = 60.0
 DEFAULT_FAILOVER_TIMEOUT = 0.0
 DEFAULT_SYNC_TIMEOUT = 1.0
-#: Lowercase letters, digits, `_ : . -`, a letter first: no `{` (no Cluster hash tag)
+#: Lowercase letters, digits, `_ : . -`, a letter first: no `{` (the store adds the Cluster hash tag itself)
 #: and no glob character, so `SCAN MATCH <prefix>*` and `~<prefix>*` mean the queue's keys.
 PREFIX_RULE = re.compile(r"[a-z][a-z0-9_:.\-]{0,39}")
 URL_SCHEMES = ("redis", "rediss", "unix")
@@ -80,12 +82,8 @@ _ASYNC_KWARGS = frozenset(
 def check_options(options: Mapping[str, Any]) -> list[str]:
     """What is wrong in a RedisStore's `OPTIONS`, without connecting; [] when nothing."""
     problems: list[str] = []
-    if options.get("cluster") or "partitions" in options:
-        problems.append(
-            "Redis Cluster ('cluster', 'partitions') is not supported: the store's scripts need the queue's keys on "
-            "one primary; use one Redis, a primary with replicas, or Sentinel ('sentinels'; see docs/redis.md)"
-        )
-    unknown = set(options) - OPTION_NAMES - {"cluster", "partitions"}
+    problems.extend(_cluster_problems(options))
+    unknown = set(options) - OPTION_NAMES
     if unknown:
         problems.append(f"unknown option(s) {sorted(unknown)}; RedisStore takes {sorted(OPTION_NAMES)}")
     url, cache, sentinels = options.get("url"), options.get("cache"), options.get("sentinels")
@@ -128,6 +126,26 @@ def check_options(options: Mapping[str, Any]) -> list[str]:
         problems.append("'sync_timeout' must be a number of seconds, more than 0")
     elif replicas and _seconds(timeout, 3600) and sync_timeout >= timeout:
         problems.append("'sync_timeout' must be less than 'socket_timeout' (the reply to WAIT comes after it)")
+    return problems
+
+
+def _cluster_problems(options: Mapping[str, Any]) -> list[str]:
+    cluster = options.get("cluster", False)
+    if not isinstance(cluster, bool):
+        return ["'cluster' must be True or False"]
+    partitions = options.get("partitions", 1)
+    if not cluster:
+        return ["'partitions' goes with 'cluster': True"] if "partitions" in options else []
+    problems = []
+    if options.get("url") is None:
+        problems.append("a Redis Cluster is reached by 'url' (any of its nodes), not by 'cache' or 'sentinels'")
+    if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions != 1:
+        problems.append(
+            "'partitions' must be 1: the queue's keys share one hash slot, so one primary of the cluster holds "
+            "them (more partitions are not supported yet; see docs/redis.md)"
+        )
+    if options.get("sync_replicas", 0):
+        problems.append("'sync_replicas' is not supported with 'cluster' (give 0): WAIT is not sent on a Cluster")
     return problems
 
 
@@ -245,6 +263,30 @@ def async_client_from_url(url: str, timeout: float, password: str | None = None)
         socket_timeout=timeout,
         socket_connect_timeout=timeout,
         retry=redis.asyncio.retry.Retry(redis.backoff.NoBackoff(), 0),
+        decode_responses=False,
+    )
+
+
+def sync_cluster_client(url: str, timeout: float, password: str | None = None) -> redis.RedisCluster[bytes]:
+    """A Redis Cluster client from any node's URL: it reads the slot map and sends each command to the primary of
+    its keys' slot, following MOVED and ASK; no retries, as `sync_client_from_url`."""
+    return redis.RedisCluster.from_url(
+        url,
+        password=password,
+        socket_timeout=timeout,
+        socket_connect_timeout=timeout,
+        retry=redis.retry.Retry(redis.backoff.NoBackoff(), 0),
+        decode_responses=False,
+    )
+
+
+def async_cluster_client(url: str, timeout: float, password: str | None = None) -> redis.asyncio.RedisCluster[bytes]:
+    return redis.asyncio.RedisCluster.from_url(
+        url,
+        password=password,
+        socket_timeout=timeout,
+        socket_connect_timeout=timeout,
+        retry=redis.asyncio.retry.Retry(redis.backoff.NoBackoff(), 0),  # type: ignore[arg-type]  # its from_url says the sync Retry
         decode_responses=False,
     )
 

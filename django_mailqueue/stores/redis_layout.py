@@ -17,6 +17,13 @@ from . import redis_scripts as scripts
 LAYOUT_VERSION = "django-mailqueue:1"
 
 
+def layout_prefix(key_prefix: str, *, cluster: bool = False) -> str:
+    """What every key's name starts with: `key_prefix` on one Redis; on a Redis Cluster, `key_prefix` and a hash
+    tag of it (`mailqueue:{mailqueue:0}:`), so that every key of the queue hashes to one slot and each script may
+    touch any of them (Cluster runs a script only on keys of one slot). The `0` names the queue's one partition."""
+    return f"{key_prefix}{{{key_prefix}0}}:" if cluster else key_prefix
+
+
 @dataclass(frozen=True)
 class Keys:
     """The names of a queue's keys under its prefix (see docs/redis.md)."""

@@ -46,7 +46,8 @@ class RedisReading(QueueStore):
     def _page(self, first: int, count: int, *, reverse: bool = False) -> tuple[int, builtins.list[QueueItem]]:
         """Items at ranks `first` to `first + count - 1` of the list order (from its end when `reverse`),
         and how many there are."""
-        args: builtins.list[scripts.Arg] = [self.key_prefix, str(first), str(first + count - 1), "1" if reverse else ""]
+        last = str(first + count - 1)
+        args: builtins.list[scripts.Arg] = [self.keys.prefix, str(first), last, "1" if reverse else ""]
         total, page = self._do(lambda client: scripts.PAGE.run(client, [self.keys.items], args))
         return int(total), [to_item(raw) for raw in page]
 
@@ -57,7 +58,7 @@ class RedisReading(QueueStore):
         if query.state is not None and query.now is None:
             raise ValueError("a state filter needs `now`")
         args: builtins.list[scripts.Arg] = [
-            self.key_prefix,
+            self.keys.prefix,
             str(to_micros(query.now)) if query.now is not None else "0",
             query.state.value if query.state is not None else "",
             query.queue or "",

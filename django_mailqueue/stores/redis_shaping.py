@@ -69,7 +69,7 @@ class RedisShaping(QueueStore):
     def _suspend(self, destination: str, until: datetime, reply: Reply, now: datetime) -> _Call[Suspension]:
         check_suspend(destination, until, reply, now)
         args: list[scripts.Arg] = [
-            self.key_prefix,
+            self.keys.prefix,
             destination,
             str(to_micros(until)),
             str(to_micros(now)),
@@ -88,7 +88,7 @@ class RedisShaping(QueueStore):
     def _suspensions(self, now: datetime, destinations: Sequence[str] | None) -> _Call[builtins.list[Suspension]]:
         check_aware(now, "now")
         wanted = [] if destinations is None else list(dict.fromkeys(destinations))
-        args = [self.key_prefix, str(to_micros(now)), "0" if destinations is None else "1", *wanted]
+        args = [self.keys.prefix, str(to_micros(now)), "0" if destinations is None else "1", *wanted]
         return _Call(scripts.SUSPENSIONS, [self.keys.suspended], args, _read_suspensions, waits=False)
 
     def _clear(self, destination: str) -> _Call[bool]:
@@ -100,7 +100,8 @@ class RedisShaping(QueueStore):
         check_defer(domains, until, now)
         wanted = sorted({domain.lower() for domain in domains})
         candidates = [self.keys.domain(domain) for domain in wanted]  # the admin's domain index
-        args = [self.key_prefix, str(to_micros(until)), str(to_micros(now)), str(len(candidates)), *candidates, *wanted]
+        times = [str(to_micros(until)), str(to_micros(now))]
+        args = [self.keys.prefix, *times, str(len(candidates)), *candidates, *wanted]
         keys = [self.keys.leases, self.keys.items, self.keys.queues]
         return _Call(scripts.DEFER_DESTINATION, keys, args, int)
 

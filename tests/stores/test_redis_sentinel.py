@@ -155,8 +155,11 @@ def test_a_failover_is_followed_by_sync_and_async_calls(tmp_path: Path) -> None:
         ({"sentinels": [("h", 26379)], "service_name": "mq", "sentinel_password": ""}, "'sentinel_password'"),
         ({"url": "redis://h/0", "service_name": "mq"}, "go(es) with 'sentinels'"),
         ({"url": "redis://h/0", "sentinel_password": "x"}, "go(es) with 'sentinels'"),
-        ({"url": "redis://h/0", "cluster": True}, "Redis Cluster ('cluster', 'partitions') is not supported"),
-        ({"url": "redis://h/0", "partitions": 4}, "Redis Cluster ('cluster', 'partitions') is not supported"),
+        ({"url": "redis://h/0", "cluster": "yes"}, "'cluster' must be True or False"),
+        ({"url": "redis://h/0", "partitions": 1}, "'partitions' goes with 'cluster'"),
+        ({"url": "redis://h/0", "cluster": True, "partitions": 4}, "'partitions' must be 1"),
+        ({"url": "redis://h/0", "cluster": True, "sync_replicas": 1}, "'sync_replicas' is not supported"),
+        ({"cache": "default", "cluster": True}, "reached by 'url'"),
     ],
 )
 def test_bad_sentinel_options_are_refused_by_the_check(options: dict[str, Any], fragment: str) -> None:

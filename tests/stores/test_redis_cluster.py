@@ -1,0 +1,126 @@
+"""RedisStore on a Redis Cluster: the contract suite (sync and asyncio) on three primaries of the test's own, every key
+of a queue in one hash slot, the wake-up heard through the cluster, and the cluster's options."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from django_mailqueue.core.items import Completion, RecipientState
+from django_mailqueue.stores.base import QueueStore
+from django_mailqueue.stores.redis import RedisStore
+from django_mailqueue.testing import QueueStoreContract
+from django_mailqueue.testing.contract import T0, StoreFactory, at, new_item, outcome
+from tests.stores.test_redis_contract import AsyncTwins, LoopThread
+from tests.support.redis_cluster import ClusterSetup
+
+pytestmark = pytest.mark.redis
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterSetup]:
+    with ClusterSetup(tmp_path_factory.mktemp("cluster")) as setup:
+        yield setup
+
+
+def _prefix(tag: str) -> str:
+    return f"mqtest-cluster-{tag}-{uuid.uuid4().hex[:12]}:"
+
+
+class TestRedisStoreOnCluster(QueueStoreContract):
+    """The whole contract through redis-py's cluster client, on three primaries."""
+
+    @pytest.fixture
+    def make_store(self, cluster: ClusterSetup) -> Iterator[StoreFactory]:
+        made: list[RedisStore] = []
+
+        def make(max_items: int | None = None) -> QueueStore:
+            store = RedisStore(cluster.options(key_prefix=_prefix("s")), max_items=max_items)
+            made.append(store)
+            return store
+
+        yield make
+        for store in made:
+            store.close()
+
+    def end_thread(self) -> None:
+        pass
+
+
+class TestRedisStoreOnClusterAsync(QueueStoreContract):
+    """The whole contract through the asyncio twins, on redis-py's asyncio cluster client."""
+
+    @pytest.fixture
+    def make_store(self, cluster: ClusterSetup) -> Iterator[StoreFactory]:
+        loop = LoopThread()
+        made: list[RedisStore] = []
+
+        def make(max_items: int | None = None) -> QueueStore:
+            inner = RedisStore(cluster.options(key_prefix=_prefix("a")), max_items=max_items)
+            made.append(inner)
+            return AsyncTwins(inner, loop)
+
+        yield make
+        for inner in made:
+            loop.call(inner.aclose())
+        loop.stop()
+
+    def end_thread(self) -> None:
+        pass
+
+    def lose_message(self, store: QueueStore, item_id: uuid.UUID) -> None:
+        assert isinstance(store, AsyncTwins)
+        super().lose_message(store.inner, item_id)
+
+
+def test_every_key_of_the_queue_is_in_one_slot_of_one_primary(cluster: ClusterSetup) -> None:
+    prefix = _prefix("slot")
+    store = RedisStore(cluster.options(key_prefix=prefix))
+    try:
+        items = store.add_many([new_item([f"r{i}@example.org", "x@example.net"]) for i in range(20)], now=T0)
+        first = store.claim(owner="w", now=T0, lease_expires=at(60), limit=5)
+        for item in first[:3]:
+            done = Completion(tuple(outcome(r.address, RecipientState.DELIVERED) for r in item.recipients), T0)
+            store.complete(item.id, owner="w", revision=item.revision, completion=done)
+        store.take_tokens("relay:x", rate=1.0, burst=5, want=1, now=T0)
+        with cluster.client() as client:
+            keys = list(client.scan_iter(match=f"{prefix}*", count=1000, target_nodes=redis.RedisCluster.PRIMARIES))
+            slots = {client.keyslot(key) for key in keys}
+        assert len(keys) > 20 and len(slots) == 1, (len(keys), slots)
+        held = cluster.keys_per_node(f"{prefix}*")
+        assert sorted(held.values())[:2] == [0, 0] and sum(held.values()) == len(keys), held
+        assert all(store.get(item.id) is not None for item in items[5:])
+    finally:
+        store.close()
+
+
+def test_an_add_wakes_a_waiting_worker(cluster: ClusterSetup) -> None:
+    store = RedisStore(cluster.options(key_prefix=_prefix("wake")))
+
+    async def run() -> tuple[bool, bool]:
+        quiet = await store.await_added(0.2)  # subscribes; nothing added yet
+        waiting = asyncio.create_task(store.await_added(10))
+        await asyncio.sleep(0.2)
+        await store.aadd_many([new_item()], now=T0)
+        woke = await asyncio.wait_for(waiting, 10)
+        await store.aclose()
+        return quiet, woke
+
+    assert asyncio.run(run()) == (False, True)
+
+
+def test_a_wrong_type_at_the_schema_key_is_refused(cluster: ClusterSetup) -> None:
+    from django_mailqueue.core.errors import Code, QueueError
+
+    prefix = _prefix("foreign")
+    store = RedisStore(cluster.options(key_prefix=prefix))
+    with cluster.client() as client:
+        client.execute_command("HSET", store.keys.schema, "a", "b")
+    with pytest.raises(QueueError) as refused:
+        store.add(new_item(), now=T0)
+    assert refused.value.code == Code.INVALID_OPTION
+    store.close()

@@ -1,0 +1,143 @@
+"""A Redis Cluster of the test's own: three primaries (`redis-server --cluster-enabled yes`) on loopback, joined by
+`redis-cli --cluster create`.
+
+`ClusterSetup(directory)` starts the three servers on free ports of `PORTS` (each with its cluster bus port, the
+port + 10000, free too), creates the cluster (the 16384 slots split in three, no replicas), waits until every node
+says `cluster_state:ok`, and gives the store's `options()`. `node_of(key)` names the primary serving a key.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import redis
+
+from tests.support.redis_server import RedisServer
+from tests.support.services import skip_or_fail
+
+REDIS_CLI = shutil.which("redis-cli") or "/usr/bin/redis-cli"
+#: The ports the cluster's nodes may take (their bus ports are 10000 above).
+PORTS = range(7100, 7200)
+
+
+def _free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _free_ports(count: int, taken: set[int]) -> list[int]:
+    found = [p for p in PORTS if p not in taken and _free(p) and _free(p + 10000)][:count]
+    if len(found) < count:
+        raise RuntimeError(f"fewer than {count} free ports (with their bus ports) in {PORTS}")
+    return found
+
+
+class _Node(RedisServer):
+    def __init__(self, directory: Path, port: int) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        super().__init__(
+            directory,
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            str(directory / "nodes.conf"),
+            "--cluster-node-timeout",
+            "5000",
+            "--appendonly",
+            "no",
+        )
+        self.port = port
+
+
+class ClusterSetup:
+    """Three primaries sharing the 16384 slots, each a process of the test's own."""
+
+    _taken: set[int] = set()  # ports handed out in this process: a second setup takes others
+
+    def __init__(self, directory: Path, *, primaries: int = 3) -> None:
+        if not Path(REDIS_CLI).exists():
+            skip_or_fail(f"redis-cli is not installed at {REDIS_CLI} (Debian: redis-tools)")
+        self.directory = directory
+        ports = _free_ports(primaries, self._taken)
+        self._taken.update(ports)
+        self.nodes = [_Node(directory / f"node{port}", port) for port in ports]
+
+    @property
+    def url(self) -> str:
+        return self.nodes[0].url
+
+    def options(self, **more: Any) -> dict[str, Any]:
+        return {"url": self.url, "cluster": True, **more}
+
+    def client(self) -> redis.RedisCluster:
+        return redis.RedisCluster(host="127.0.0.1", port=self.nodes[0].port, socket_timeout=5)
+
+    def node_of(self, key: str | bytes) -> int:
+        """The port of the primary serving `key`."""
+        with self.client() as client:
+            node = client.get_node_from_key(key)
+            return int(node.port)
+
+    def keys_per_node(self, pattern: str) -> dict[int, int]:
+        """How many keys matching `pattern` each primary holds, by its port (SCAN on each)."""
+        counts: dict[int, int] = {}
+        for node in self.nodes:
+            with node.client() as client:
+                counts[node.port] = sum(1 for _ in client.scan_iter(match=pattern, count=1000))
+        return counts
+
+    def start(self) -> ClusterSetup:
+        try:
+            for node in self.nodes:
+                node.start()
+            addresses = [f"127.0.0.1:{node.port}" for node in self.nodes]
+            subprocess.run(
+                [REDIS_CLI, "--cluster", "create", *addresses, "--cluster-replicas", "0", "--cluster-yes"],
+                check=True,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                timeout=60,
+            )
+            self._wait_until_ok()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _wait_until_ok(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            states = []
+            for node in self.nodes:
+                with node.client() as client:
+                    info = client.execute_command("CLUSTER", "INFO")
+                    text = info.decode() if isinstance(info, bytes) else str(info)
+                    states.append("cluster_state:ok" in text and f"cluster_known_nodes:{len(self.nodes)}" in text)
+            if all(states):
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the cluster of {[n.port for n in self.nodes]} did not come up")
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.kill()
+        self._taken.difference_update(node.port for node in self.nodes)
+
+    def __enter__(self) -> ClusterSetup:
+        return self.start()
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        self.stop()
