@@ -30,7 +30,7 @@ SETTINGS = {
     "postoffice": "bench.projects.postoffice_settings",
 }
 LIB_NAMES = {"ours": "django-mailqueue", "mailer": "django-mailer", "postoffice": "django-post-office"}
-DB_NAMES = {"sqlite": "SQLite", "postgres": "PostgreSQL", "redis": "Redis"}
+DB_NAMES = {"sqlite": "SQLite", "postgres": "PostgreSQL", "redis": "Redis", "redis-cluster": "Redis Cluster"}
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class Config:
 
     lib: str
     db: str  # sqlite | postgres: Django's DATABASES["default"]
-    store: str = "orm"  # orm | redis (ours only)
+    store: str = "orm"  # orm | redis | redis-cluster (ours only)
     tuned: bool = False
 
     @property
@@ -51,7 +51,7 @@ class Config:
 
     @property
     def where(self) -> str:
-        return "redis" if self.store == "redis" else self.db
+        return self.store if self.store.startswith("redis") else self.db
 
     @property
     def label(self) -> str:
@@ -70,6 +70,8 @@ MAILER_PG = Config("mailer", "postgres")
 PO_SQLITE = Config("postoffice", "sqlite")
 PO_PG = Config("postoffice", "postgres")
 OURS = [OURS_SQLITE, OURS_PG, OURS_REDIS]
+#: one-process delivery only (bench/measure_delivery.py), when redis-cli is there to create the cluster
+OURS_REDIS_CLUSTER = Config("ours", "postgres", "redis-cluster")
 ALL = [*OURS, MAILER_SQLITE, MAILER_PG, PO_SQLITE, PO_PG]
 # The second line on PostgreSQL: the same three with server_side_binding and prepare_threshold.
 TUNED = [
@@ -169,7 +171,9 @@ class Context:
             BENCH_DB=cfg.db,
             BENCH_STORE=cfg.store,
             BENCH_PG_OPTIONS="tuned" if cfg.tuned else "default",
-            BENCH_REDIS_URL=self.servers.redis.url,
+            BENCH_REDIS_URL=self.servers.redis_cluster.url
+            if cfg.store == "redis-cluster" and self.servers.redis_cluster is not None
+            else self.servers.redis.url,
             BENCH_PG_PORT=str(self.servers.postgres.port),
             BENCH_SINK_PORT=str(sink_port or self.servers.sink.port),
             BENCH_WORKDIR=str(self.runs),
@@ -227,7 +231,7 @@ class Context:
         Ours on Redis: the migrated PostgreSQL database only (the queue is in Redis,
         filled per run by `fresh()`).
         """
-        if cfg.store == "redis":
+        if cfg.store.startswith("redis"):
             kind = "migrated"
         key = (f"{cfg.lib}-{cfg.db}", kind if kind == "migrated" else f"{kind}:{count}:{size}")
         if key in self._templates:
@@ -252,8 +256,8 @@ class Context:
         template = self.template(cfg, kind, count=count, size=size)
         db = self._clone(cfg, template, self._new_name(cfg, "run"), self.runs)
         try:
-            if cfg.store == "redis":
-                self.servers.redis.flush()
+            if cfg.store.startswith("redis"):
+                self.flush_redis(cfg)
                 if kind != "migrated" and count:
                     batch = 100 if size < 1 << 20 else 5
                     res = self.driver(cfg, db, "fill", "--count", count, "--size", size, "--batch", batch)
@@ -262,6 +266,12 @@ class Context:
             yield db
         finally:
             self.release(db)
+
+    def flush_redis(self, cfg: Config) -> None:
+        if cfg.store == "redis-cluster" and self.servers.redis_cluster is not None:
+            self.servers.redis_cluster.flush()
+        else:
+            self.servers.redis.flush()
 
     def release(self, db: Db) -> None:
         if db.kind == "sqlite":
@@ -278,7 +288,9 @@ class Context:
         return [
             c
             for c in configs
-            if (c.store != "redis" or self.redis_status[0] == "ok") and (not libs or c.lib in libs.split(","))
+            if (not c.store.startswith("redis") or self.redis_status[0] == "ok")
+            and (c.store != "redis-cluster" or self.servers.redis_cluster is not None)
+            and (not libs or c.lib in libs.split(","))
         ]
 
     def check_redis_store(self) -> None:

@@ -21,7 +21,19 @@ import re
 import statistics
 
 from . import procs
-from .context import ALL, LOGS, MAILER_PG, MAILER_SQLITE, OURS, PO_PG, PO_SQLITE, TUNED, Config, Context
+from .context import (
+    ALL,
+    LOGS,
+    MAILER_PG,
+    MAILER_SQLITE,
+    OURS,
+    OURS_REDIS_CLUSTER,
+    PO_PG,
+    PO_SQLITE,
+    TUNED,
+    Config,
+    Context,
+)
 from .measure_raw import aiosmtplib_rate
 
 MIB = 1024 * 1024
@@ -46,6 +58,7 @@ def plans(ctx: Context) -> list[tuple[str, Config, int]]:
         out.append(("deliver.1", cfg, 1))
         if cfg.lib == "ours" and not cfg.tuned:  # right after its unshaped twin: the pair meets the same machine
             out.append((SHAPED, cfg, 1))
+    out += [("deliver.1", cfg, 1) for cfg in ctx.available([OURS_REDIS_CLUSTER])]  # the whole queue on one slot
     for cfg in ctx.available(OURS):
         out.append(("deliver.2", cfg, 2))
         out.append(("deliver.4", cfg, 4))
@@ -99,6 +112,9 @@ def deliver_once(
     if measure == SHAPED:
         extra["BENCH_SHAPED"] = "1"
     with ctx.fresh(cfg, "filled", count=count, size=size) as db:
+        spread = ""
+        if cfg.store == "redis-cluster" and ctx.servers.redis_cluster is not None:
+            spread = str(ctx.servers.redis_cluster.keys_per_node())  # the filled queue's keys, by primary
         before = ctx.servers.sink.counters()
         group = procs.measure(
             commands(ctx, cfg, processes), env=ctx.env(cfg, db, **extra), logdir=LOGS, name=name, timeout=3600
@@ -124,6 +140,8 @@ def deliver_once(
         "maxrss_mib": max(r.maxrss_kib for r in group.results) / 1024,
         "delivered_at_sink": delivered,
     }
+    if spread:
+        stats["keys_per_node"] = spread  # type: ignore[assignment]
     if cfg.lib == "ours":
         summary = re.findall(r"mailqueue: (\d+) attempts, (\d+) delivered", "".join(r.stdout for r in group.results))
         stats["worker_delivered"] = sum(int(d) for _, d in summary)

@@ -285,6 +285,12 @@ def render(data: dict[str, Any]) -> str:
             ours = r.median(measure, f"ours-{store}")
             best = best_unsigned(r, store)[0]
             w(f"| {procs} | {name} | {r.cell(measure, f'ours-{store}')} | — | — | {ratio(ours, best)} | — |")
+    on_cluster = r.median("deliver.1", "ours-redis-cluster")
+    if on_cluster is not None:
+        w(
+            f"| 1 | Redis Cluster (3 primaries; the queue on one slot) | {r.cell('deliver.1', 'ours-redis-cluster')} "
+            f"| — | — | ÷ ours on one Redis: {ratio(on_cluster, r.median('deliver.1', 'ours-redis'))} | — |"
+        )
     for store, name in STORES:
         ours = r.median(SHAPED, f"ours-{store}")
         w(

@@ -199,11 +199,13 @@ class Redis:
 
     root: Path
     port: int = 0
+    cluster: bool = False
     child: Child | None = None
 
     def start(self) -> None:
         self.port = self.port or free_port()
         (self.root / "redis").mkdir(parents=True, exist_ok=True)
+        cluster = ["--cluster-enabled", "yes", "--cluster-config-file", str(self.root / "nodes.conf")]
         exe = _tool("redis-server")
         self.child = Child(
             [
@@ -222,6 +224,7 @@ class Redis:
                 "no",
                 "--maxmemory-policy",
                 "noeviction",
+                *(cluster if self.cluster else []),
             ],
             env=os.environ,
             log=self.root / "redis.log",
@@ -261,6 +264,54 @@ class Redis:
 
     def version(self) -> str:
         return _version([_tool("redis-server"), "--version"])
+
+
+class RedisCluster:
+    """Three private redis-server primaries (`--cluster-enabled yes`) joined by `redis-cli --cluster create`, on
+    free loopback ports whose bus ports (+10000) are free too; no RDB, no AOF. For the one-process delivery line
+    on a Cluster (`deliver.1`, ours-redis-cluster)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root / "redis-cluster"
+        self.nodes: list[Redis] = []
+
+    def start(self) -> None:
+        cli = _tool("redis-cli")
+        ports: list[int] = []
+        while len(ports) < 3:
+            port = free_port()
+            if port not in ports and port + 10000 < 65536 and not port_open(port + 10000):
+                ports.append(port)
+        for port in ports:
+            node = Redis(self.root / str(port), port, cluster=True)
+            self.nodes.append(node)
+            node.start()
+        addresses = [f"127.0.0.1:{port}" for port in ports]
+        subprocess.run(
+            [cli, "--cluster", "create", *addresses, "--cluster-replicas", "0", "--cluster-yes"],
+            check=True, capture_output=True, timeout=60,
+        )  # fmt: skip
+        deadline = time.monotonic() + 60
+        while not all(b"cluster_state:ok" in node._command(b"CLUSTER INFO") for node in self.nodes):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the Redis Cluster on {ports} did not come up")
+            time.sleep(0.1)
+
+    @property
+    def url(self) -> str:
+        return self.nodes[0].url
+
+    def flush(self) -> None:
+        for node in self.nodes:
+            node.flush()
+
+    def keys_per_node(self) -> dict[int, int]:
+        """DBSIZE of each primary, by port."""
+        return {node.port: int(node._command(b"DBSIZE").strip()[1:]) for node in self.nodes}
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
 
 
 # --- SMTP sinks -------------------------------------------------------------------------
@@ -380,6 +431,12 @@ class Servers(contextlib.ExitStack):
             self.redis = Redis(self.root)
             self.callback(self.redis.stop)
             self.redis.start()
+            # optional: the Cluster line is left out where redis-cli is not installed
+            self.redis_cluster: RedisCluster | None = None
+            if shutil.which("redis-cli"):
+                self.redis_cluster = RedisCluster(self.root)
+                self.callback(self.redis_cluster.stop)
+                self.redis_cluster.start()
             self.sink = SmtpSink(self.root)
             self.callback(self.sink.stop)
             self.sink.start()

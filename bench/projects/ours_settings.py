@@ -10,11 +10,13 @@ from bench.projects.common import SINK_PORT
 INSTALLED_APPS = ["django_mailqueue"]
 EMAIL_BACKEND = "django_mailqueue.backends.QueueEmailBackend"
 
-if os.environ.get("BENCH_STORE", "orm") == "redis":
+if os.environ.get("BENCH_STORE", "orm") in ("redis", "redis-cluster"):
     STORE = {
         "BACKEND": "django_mailqueue.stores.redis.RedisStore",
         "OPTIONS": {"url": os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")},
     }
+    if os.environ["BENCH_STORE"] == "redis-cluster":
+        STORE["OPTIONS"]["cluster"] = True  # type: ignore[index]
 else:
     STORE = {"BACKEND": "django_mailqueue.stores.orm.OrmStore", "OPTIONS": {}}
 
