@@ -215,6 +215,13 @@ class RedisClients:
         Raises `STORE_UNAVAILABLE` when Redis cannot be reached.
         """
         try:
+            if self.cluster:  # every primary's: the first that is not noeviction
+                client: Any = self.sync()
+                replies = client.config_get("maxmemory-policy", target_nodes=redis.RedisCluster.PRIMARIES)
+                policies = [_policy(reply) for reply in replies.values()]
+                if None in policies:
+                    return None
+                return next((p for p in policies if p != "noeviction"), "noeviction")
             reply = self.sync().config_get("maxmemory-policy")
         except redis.exceptions.NoPermissionError:
             return None

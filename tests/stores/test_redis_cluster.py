@@ -124,3 +124,17 @@ def test_a_wrong_type_at_the_schema_key_is_refused(cluster: ClusterSetup) -> Non
         store.add(new_item(), now=T0)
     assert refused.value.code == Code.INVALID_OPTION
     store.close()
+
+
+def test_the_policy_check_reads_every_primary(cluster: ClusterSetup) -> None:
+    store = RedisStore(cluster.options(key_prefix=_prefix("policy")))
+    last = cluster.nodes[-1]
+    try:
+        assert store.maxmemory_policy() == "noeviction"
+        with last.client() as client:
+            client.config_set("maxmemory-policy", "allkeys-lru")
+        assert store.maxmemory_policy() == "allkeys-lru"
+    finally:
+        with last.client() as client:
+            client.config_set("maxmemory-policy", "noeviction")
+        store.close()
