@@ -56,6 +56,15 @@ def redis_url() -> str:
     return str(settings.REDIS_URL)
 
 
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A Redis Cluster of three primaries on loopback (tests/support/redis_cluster.py), one for the session."""
+    from tests.support.redis_cluster import ClusterSetup
+
+    with ClusterSetup(tmp_path_factory.mktemp("cluster")) as setup:
+        yield setup
+
+
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()

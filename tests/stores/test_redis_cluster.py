@@ -21,10 +21,9 @@ from tests.support.redis_cluster import ClusterSetup
 pytestmark = pytest.mark.redis
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterSetup]:
-    with ClusterSetup(tmp_path_factory.mktemp("cluster")) as setup:
-        yield setup
+@pytest.fixture
+def cluster(redis_cluster: ClusterSetup) -> ClusterSetup:
+    return redis_cluster
 
 
 def _prefix(tag: str) -> str:

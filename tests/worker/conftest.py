@@ -96,6 +96,13 @@ STORES = {
 
 
 @pytest.fixture
+def redis_cluster_store_config(redis_cluster: Any) -> dict[str, Any]:
+    """A Redis store on the session's three-primary Redis Cluster, of the test's own key prefix."""
+    options = redis_cluster.options(key_prefix=unique_prefix("worker"))
+    return {"BACKEND": "django_mailqueue.stores.redis.RedisStore", "OPTIONS": options}
+
+
+@pytest.fixture
 def redis_store_config(redis_url: str) -> Iterator[dict[str, Any]]:
     """A Redis store of the test's own key prefix, deleted afterwards."""
     prefix = unique_prefix("worker")

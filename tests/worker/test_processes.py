@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import time
 from collections import Counter
@@ -19,6 +20,7 @@ from django_mailqueue.stores import QueueStore
 from django_mailqueue.stores.orm import OrmStore
 from django_mailqueue.stores.redis import RedisStore
 from tests.support.databases import DATABASES
+from tests.support.redis_server import unique_prefix
 from tests.support.smtp_server import SmtpServer
 from tests.support.workers import WorkerProcess, wait_until
 from tests.worker.conftest import MailWorld
@@ -26,11 +28,12 @@ from tests.worker.conftest import MailWorld
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True, databases=DATABASES)]
 
 
-@pytest.fixture(params=["postgres", "redis"])
+@pytest.fixture(params=["postgres", "redis", "redis-cluster"])
 def shared_store(request: pytest.FixtureRequest) -> Iterator[tuple[dict[str, Any], QueueStore]]:
     """A store every process reaches: its MAILQUEUE["STORE"] and an instance for the test."""
-    if request.param == "redis":
-        config: dict[str, Any] = request.getfixturevalue("redis_store_config")
+    if request.param.startswith("redis"):
+        fixture = "redis_cluster_store_config" if request.param == "redis-cluster" else "redis_store_config"
+        config: dict[str, Any] = request.getfixturevalue(fixture)
         store: QueueStore = RedisStore(config["OPTIONS"])
     else:
         alias = request.getfixturevalue("pg_alias")
@@ -103,6 +106,38 @@ def test_two_workers_deliver_1000_messages_exactly_once(
     assert max(seen.values()) == 1, [pair for pair, times in seen.items() if times > 1][:5]
     assert store.count() == 0
     assert " 0 delivered" not in first.stdout and " 0 delivered" not in second.stdout, (first.stdout, second.stdout)
+
+
+def test_four_workers_on_a_redis_cluster_deliver_each_message_exactly_once(
+    mail_world: MailWorld, redis_cluster: Any, workers: Callable[..., WorkerProcess]
+) -> None:
+    """4 `mailqueue_work --once` on the three-primary Cluster, MAILQUEUE_TEST_CLUSTER_MESSAGES each (250 here;
+    20000 for issue 26's run): every message delivered once, the queue empty, the keys counted per primary."""
+    per_worker = int(os.environ.get("MAILQUEUE_TEST_CLUSTER_MESSAGES", "250"))
+    total = per_worker * 4
+    prefix = unique_prefix("four")
+    config = {
+        "BACKEND": "django_mailqueue.stores.redis.RedisStore",
+        "OPTIONS": redis_cluster.options(key_prefix=prefix),
+    }
+    store = RedisStore(config["OPTIONS"])
+    now = SystemClock().now()
+    for start in range(0, total, 500):
+        store.add_many([message(n, f"a{n}@dest.test") for n in range(start, min(start + 500, total))], now=now)
+    held = redis_cluster.keys_per_node(f"{prefix}*")
+    print(f"{total} messages queued; keys per primary: {held}")
+    mailqueue = mail_world.mailqueue(config, CONCURRENCY=20)
+    started = time.monotonic()
+    running = [workers(mailqueue, "--once") for _ in range(4)]
+    for process in running:
+        assert process.wait(120 + total / 50) == 0, process.stderr
+    print(f"delivered in {time.monotonic() - started:.1f} s by 4 workers")
+    seen = pairs(mail_world.mx)
+    assert set(seen) == {(f"<m{n}@origin.test>", f"a{n}@dest.test") for n in range(total)}
+    assert max(seen.values()) == 1, [pair for pair, times in seen.items() if times > 1][:5]
+    assert store.count() == 0
+    assert sum(held.values()) >= 2 * total  # an item's hash and its message at least, wherever they are
+    store.close()
 
 
 def test_a_killed_workers_item_is_delivered_by_another_after_its_lease(
