@@ -30,6 +30,10 @@ SyncClient = redis.Redis  # the generic parameters are the stubs' only
 AsyncClient = redis.asyncio.Redis
 
 
+#: What redis-py raises when a call fails: a cluster client's own errors (no node reachable, a command it cannot
+#: route) are not RedisErrors.
+DRIVER_ERRORS = (redis.RedisError, OSError, redis.exceptions.RedisClusterException)
+
 #: The first pause between two tries of a call while the primary fails over, and the longest.
 FIRST_PAUSE = 0.05
 LONGEST_PAUSE = 1.0
@@ -162,7 +166,7 @@ class RedisClients:
                 raise
             except scripts.ReplicasBehind as behind:
                 raise self.replicas_behind(behind) from None
-            except (redis.RedisError, OSError) as exc:
+            except DRIVER_ERRORS as exc:
                 pause = tries.pause(exc)
                 if pause is None:
                     raise conn.translate(exc, self._mask, self.place, tries.spent()) from None
@@ -189,7 +193,7 @@ class RedisClients:
                 raise
             except scripts.ReplicasBehind as behind:
                 raise self.replicas_behind(behind) from None
-            except (redis.RedisError, OSError) as exc:
+            except DRIVER_ERRORS as exc:
                 pause = tries.pause(exc)
                 if pause is None:
                     raise conn.translate(exc, self._mask, self.place, tries.spent()) from None
@@ -225,7 +229,7 @@ class RedisClients:
             reply = self.sync().config_get("maxmemory-policy")
         except redis.exceptions.NoPermissionError:
             return None
-        except (redis.RedisError, OSError) as exc:
+        except DRIVER_ERRORS as exc:
             raise conn.translate(exc, self._mask, self.place) from None
         return _policy(reply)
 
@@ -311,7 +315,7 @@ class RedisClients:
                     return True
                 if loop.time() >= deadline:
                     return False
-        except (redis.RedisError, OSError) as exc:
+        except DRIVER_ERRORS as exc:
             logger.warning("waiting for adds on %s failed, polling instead: %s", self.place, self._mask(str(exc)))
             broken, self._pubsub = self._pubsub, None
             if broken is not None:
@@ -344,7 +348,7 @@ def _policy(reply: Any) -> str | None:
 async def _quietly(closing: Awaitable[Any]) -> None:
     try:
         await closing
-    except (redis.RedisError, OSError):
+    except DRIVER_ERRORS:
         pass
 
 

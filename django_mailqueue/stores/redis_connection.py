@@ -396,6 +396,8 @@ def _translate(exc: BaseException, mask: SecretMask, place: str) -> QueueError:
         message = f"Redis at {place} refused the credentials: {kind}: {text}"
     elif isinstance(exc, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError | OSError):
         message = f"Redis at {place} is out of reach: {kind}: {text}"
+    elif isinstance(exc, redis.exceptions.RedisClusterException):
+        message = f"the Redis Cluster at {place} is out of reach or cannot take the call: {kind}: {text}"
     else:
         message = f"Redis at {place} refused the operation: {kind}: {text}"
     return QueueError(Code.STORE_UNAVAILABLE, mask(message))

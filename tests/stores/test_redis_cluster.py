@@ -137,3 +137,21 @@ def test_the_policy_check_reads_every_primary(cluster: ClusterSetup) -> None:
         with last.client() as client:
             client.config_set("maxmemory-policy", "noeviction")
         store.close()
+
+
+def test_a_cluster_out_of_reach_is_store_unavailable(cluster: ClusterSetup) -> None:
+    from django_mailqueue.core.errors import Code, QueueError
+    from tests.support.redis_server import free_port
+
+    store = RedisStore({"url": f"redis://127.0.0.1:{free_port()}/0", "cluster": True, "socket_timeout": 2})
+    with pytest.raises(QueueError) as sync_refused:
+        store.add(new_item(), now=T0)
+
+    async def later() -> QueueError:
+        with pytest.raises(QueueError) as refused:
+            await store.aadd_many([new_item()], now=T0)
+        await store.aclose()
+        return refused.value
+
+    for error in (sync_refused.value, asyncio.run(later())):
+        assert error.code == Code.STORE_UNAVAILABLE and "127.0.0.1" in error.message, error
