@@ -15,6 +15,7 @@ from django_mailqueue.core.items import NewItem
 from django_mailqueue.stores import QueueStore
 from django_mailqueue.stores.orm import OrmStore
 from django_mailqueue.stores.redis import RedisStore
+from django_mailqueue.worker.shaper import VIEW_TTL
 from tests.support.databases import DATABASES
 from tests.support.dns_server import DnsServer
 from tests.support.shaping_server import CountingSmtpServer
@@ -126,16 +127,16 @@ def test_a_421_keeps_four_processes_off_the_destination_until_its_suspension_end
         dns_server.mx("ok.test", (10, "mx.ok.test")).a("mx.ok.test", "127.0.0.2")
         fill(store, "busy.test", 500)  # first: claimed before the healthy ones
         fill(store, "ok.test", 500, start=500)
-        suspend = 20
+        suspend = 60  # the default SUSPEND: a loaded machine delivers the healthy 500 well within it
         mailqueue = {
             "STORE": config,
             "HOSTNAME": "mq.test.example",
             "ROUTES": {"*": "mx"},
-            "DNS": {"NAMESERVERS": ["127.0.0.1"], "PORT": dns_server.port, "TIMEOUT": 2},
+            "DNS": {"NAMESERVERS": ["127.0.0.1"], "PORT": dns_server.port, "TIMEOUT": 5},
             "MX_PORT": port,
             "MTA_STS": False,
             "POLL_INTERVAL": 0.2,
-            "RETRY_DELAYS": [600],
+            "RETRY_DELAYS": [2],  # a loaded machine's DNS time-out costs the healthy items little
             "SHAPING": {"*": {"SUSPEND": suspend, "SUSPEND_MAX": suspend}},
         }
         processes = workers(mailqueue)
@@ -145,46 +146,26 @@ def test_a_421_keeps_four_processes_off_the_destination_until_its_suspension_end
         recorded = time.monotonic()
         (suspension,) = store.suspensions(now=SystemClock().now())
         assert suspension.destination == "busy.test" and suspension.reply.code == 421
-        ends = monotonic_at(suspension.until)
-        snapshots: list[tuple[float, int, int, int]] = []
-
-        def healthy_done_yet() -> bool:
-            if len(healthy.accepted) == 500:
-                return True
-            if not snapshots or time.monotonic() - first_421 - snapshots[-1][0] > 2:
-                now = SystemClock().now()
-                ok = [i for i in store.list(limit=2000) if i.recipients[0].domain == "ok.test"]
-                snapshots.append(
-                    (
-                        round(time.monotonic() - first_421, 1),
-                        len(ok),
-                        sum(1 for i in ok if i.owner is not None),
-                        sum(1 for i in ok if i.owner is None and i.next_attempt > now),
-                    )
-                )
-            return False
-
-        wait_until(healthy_done_yet, 60, "ok.test's 500")
+        ends = first_ends = monotonic_at(suspension.until)
+        wait_until(lambda: len(healthy.accepted) == 500, 60, "ok.test's 500")
         healthy_done = healthy.accepted[-1].at
         times = sorted(a.at - first_421 for a in healthy.accepted)
         timing = {
             "recorded": recorded - first_421,
             "ends": ends - first_421,
             "healthy": [round(times[n], 2) for n in (0, 100, 200, 300, 400, 499)],
-            "ok.test (at, left, leased, not due)": snapshots,
         }
         wait_until(lambda: store.count() == 500, 10, "ok.test's 500 recorded")
         # while it is suspended: nothing was tried past the first cohort, and no waiting item counted an attempt
         cohort = len(busy.sessions)
         items = store.list(limit=1000)
-        assert len(items) == 500 and {i.recipients[0].domain for i in items} == {"busy.test"}
-        assert healthy_done < ends, timing
+        assert len(items) == 500 and {r.domain for i in items for r in i.recipients} == {"busy.test"}
         assert sum(i.attempts for i in items) <= cohort and max(i.attempts for i in items) <= 1, timing
         later = store.suspensions(now=SystemClock().now())
         assert [s.strikes for s in later] == [1], later  # one suspension, one strike, however many met the 421
         ends = max(ends, monotonic_at(later[0].until))
         busy.throttle = None  # it recovers; nobody knows before the suspension ends
-        wait_until(lambda: len(busy.accepted) == 500, 90, "busy.test's 500 after the suspension")
+        wait_until(lambda: len(busy.accepted) == 500, 150, "busy.test's 500 after the suspension")
         for process in processes:
             process.signal(15)
         for process in processes:
@@ -192,10 +173,12 @@ def test_a_421_keeps_four_processes_off_the_destination_until_its_suspension_end
     finally:
         busy.stop()
         healthy.stop()
+    assert healthy_done < first_ends, (timing, [p.stdout.strip() for p in processes])
     opened = [round(c.opened - first_421, 3) for c in busy.sessions]
-    # once the first 421 was recorded, no connection was opened before the suspension ended; the cohort already
-    # under way (opened before that) got its own 421s
-    during = [c for c in busy.sessions if recorded < c.opened < ends]
+    # once the first 421 was recorded and the other workers' views were read again (VIEW_TTL, and half a second
+    # for a loaded machine to run them), no connection was opened before the suspension ended; the cohort
+    # already under way got its own 421s
+    during = [c for c in busy.sessions if recorded + VIEW_TTL + 0.5 < c.opened < ends]
     assert during == [], (opened, recorded - first_421, ends - first_421)
     assert all(c.throttled for c in busy.sessions[:cohort])
     assert len({a.message_id for a in busy.accepted}) == 500 and store.count() == 0
