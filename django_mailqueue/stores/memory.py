@@ -27,9 +27,8 @@ from ..core.items import (
     matches,
 )
 from ..core.shaping import Suspension, forgotten, next_suspension, take_from_bucket
-from .base import (
-    OVERVIEW_QUEUES,
-    QueueStore,
+from .base import OVERVIEW_QUEUES, QueueStore
+from .validation import (
     check_aware,
     check_completion,
     check_defer,

@@ -12,9 +12,10 @@ from typing import Any, TypeVar
 from ..core.clock import to_micros
 from ..core.items import ItemOrder, ItemQuery, QueueItem, matches
 from . import redis_scripts as scripts
-from .base import OVERVIEW_QUEUES, QueueStore, check_order
+from .base import OVERVIEW_QUEUES, QueueStore
 from .redis_clients import SyncClient
 from .redis_layout import Keys, fields, text, to_item
+from .validation import check_order
 
 _R = TypeVar("_R")
 

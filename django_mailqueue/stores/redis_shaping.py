@@ -13,9 +13,10 @@ from ..core.clock import from_micros, to_micros
 from ..core.items import Reply
 from ..core.shaping import FORGET_AFTER, Suspension
 from . import redis_scripts as scripts
-from .base import QueueStore, check_aware, check_defer, check_key, check_suspend, check_take
+from .base import QueueStore
 from .redis_clients import AsyncClient, SyncClient
 from .redis_layout import Keys, fields, text
+from .validation import check_aware, check_defer, check_key, check_suspend, check_take
 
 _R = TypeVar("_R")
 _FORGET_US = FORGET_AFTER // timedelta(microseconds=1)

@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Literal
+from typing import Any
 
 from .. import signals
 from ..conf import QueueSettings
@@ -21,23 +21,22 @@ from ..core.clock import Clock, SystemClock
 from ..core.errors import Code, QueueError
 from ..core.items import (
     CompleteRequest,
-    Completion,
     QueueItem,
     RecipientOutcome,
     RecipientState,
-    apply_completion,
 )
 from ..core.observer import Observer
 from ..history import History, HistoryEntry
 from ..stores.base import QueueStore
 from .admission import ShapingSteps
-from .attempt import PREFETCH_SIZE, Attempt, AttemptDeliverer, Retry
+from .attempt import PREFETCH_SIZE, Attempt, AttemptDeliverer
 from .batching import Batcher
 from .dsn import original_header_block
 from .events import Event, tell
 from .flow import RECORD_LINGER, Flow
 from .log_limit import LogLimit
-from .record import AttemptOutcome, Record, decide, message_lost, reclaimed_too_often
+from .record import AttemptOutcome, message_lost, reclaimed_too_often
+from .recording import RecordingSteps
 from .shaper import BLOCKED_RECHECK, TICKET, Shaper
 from .suppression import NOTHING_TRIED, listed_outcomes, look_up
 
@@ -66,7 +65,7 @@ def default_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
-class Worker(ShapingSteps):
+class Worker(ShapingSteps, RecordingSteps):
     """Delivers the queue of `store` until stopped (or, with `once`, until nothing is due).
 
     One asyncio loop holds up to `concurrency` attempts in flight. The store is
@@ -417,193 +416,6 @@ class Worker(ShapingSteps):
             return None
         return original_header_block(original)
 
-    async def _record(self, attempt: Attempt, outcome: AttemptOutcome) -> None:
-        """Write what `outcome` means (history rows, committed, then the completion with its DSNs in one
-        store call) and tell it. A crash before the completion leaves the attempt unrecorded, and no DSN;
-        a recorded outcome always has its history rows."""
-        item = attempt.item
-        record = decide(item, outcome, self.settings, now=self.clock.now(), rng=self.rng)
-        if attempt.lost:
-            return
-        if self.history is not None and not await self._write_history_first(attempt, record.history()):
-            return
-        recorded, record = await self._complete(attempt, record)
-        if recorded is False:
-            return
-        self._held.pop(item.id, None)
-        if recorded is None:
-            lease = attempt.lease_expires or item.lease_expires
-            if lease is None or lease <= self.clock.now():  # now: the completion itself may have stalled
-                self.stats.leases_lost += 1
-                await self._error(
-                    QueueError(
-                        Code.LEASE_LOST,
-                        f"the item {item.id} is gone and its lease had expired: "
-                        "it was cancelled or finished by another worker; nothing was recorded",
-                        item_id=item.id,
-                    ),
-                    item.id,
-                )
-                return
-        # None with the lease held: cancelled while we held it. The outcomes are told; no DSN was added.
-        await self._tell(record, with_dsns=recorded is not None)
-
-    async def _tell(self, record: Record, *, with_dsns: bool) -> None:
-        item = record.item
-        for problem in record.problems:
-            self._warn(problem, item.id)
-        for lost in record.replies_lost:
-            logger.warning("error item=%s %s", item.id, lost)  # an operator's grep finds the duplicate window
-        for decided in record.decided:
-            if not (record.held and decided.state is RecipientState.PENDING):
-                self._log(item, decided)
-        self.stats.delivered += record.count(RecipientState.DELIVERED)
-        self.stats.failed += record.count(RecipientState.FAILED)
-        if not record.held:
-            self.stats.deferred += record.count(RecipientState.PENDING)
-        if with_dsns:
-            for note in record.dsns:
-                self.stats.dsns += 1
-                logger.info("dsn item=%s kind=%s dsn=%s to=<%s>", item.id, note.kind, note.item.id, item.sender)
-        events = record.events(with_dsns=with_dsns)
-        if self.observer is not None:
-            self.observer.told(events, item=item, now=self.clock.now())
-        await tell(type(self.store), events)
-
-    async def _complete(self, attempt: Attempt, record: Record) -> tuple[QueueItem | None | Literal[False], Record]:
-        """Record the outcome with its DSNs; while the store is out of reach, try again as long as the
-        lease holds. When the queue has no room for the DSNs, DSN_FAILED is told and the outcome recorded
-        without them. False when nothing could be recorded (the error is told)."""
-        item, retry = attempt.item, Retry()
-        while True:
-            completion = record.completion
-            try:
-                answer = await self._completions.submit(CompleteRequest(item.id, self.owner, item.revision, completion))
-                if isinstance(answer, QueueError):
-                    raise answer
-                if answer is None and retry.told:
-                    return self._landed_before(item, completion), record
-                return answer, record
-            except QueueError as exc:
-                if exc.code == Code.FULL and record.dsns:
-                    for note in record.dsns:
-                        why = f"the {note.kind} DSN for {item.id} could not be queued: {exc.message}"
-                        await self._error(QueueError(Code.DSN_FAILED, why, item_id=item.id), item.id)
-                    record = record.without_dsns()
-                    continue
-                if exc.code == Code.LEASE_LOST and retry.told:
-                    landed = await self._landed_before_lease_lost(item, completion)
-                    if landed is not None:
-                        return landed, record
-                if await self._pause_to_retry(attempt, exc, retry):
-                    continue
-                if exc.code == Code.LEASE_LOST:
-                    if attempt.lost:
-                        return False, record  # the lease renewer found it first, and counted and told it
-                    # Marked before telling: the renewer must not count it again, nor cancel this task's tell.
-                    attempt.lost = True
-                    self.stats.leases_lost += 1
-                if not retry.told or exc.code != Code.STORE_UNAVAILABLE:
-                    await self._error(exc, item.id)
-                if exc.code == Code.STORE_UNAVAILABLE:
-                    await self._lease_ran_out(attempt)
-                return False, record
-
-    async def _lease_ran_out(self, attempt: Attempt, what: str = "the store") -> None:
-        """The store (or `what`) stayed out of reach until the attempt's lease ran out (or was about to): nothing
-        is recorded and another attempt delivers the item again — LEASE_LOST, as for a stalled worker."""
-        if attempt.lost:
-            return  # lost earlier, and told then
-        attempt.lost = True
-        self.stats.leases_lost += 1
-        item_id = attempt.item.id
-        await self._error(
-            QueueError(
-                Code.LEASE_LOST,
-                f"lost the lease on {item_id}: {what} was out of reach until the lease ran out; nothing was "
-                "recorded, and the item will be delivered again",
-                item_id=item_id,
-            ),
-            item_id,
-        )
-
-    async def _pause_to_retry(self, attempt: Attempt, exc: QueueError, retry: Retry) -> bool:
-        """After a failed store write: when the store is out of reach and the lease will still hold
-        after the pause, tell the outage (once), pause (doubling up to 2 s, or a quarter of the lease: a
-        lease renewed meanwhile holds for as long as the outage) and say True."""
-        lease = attempt.lease_expires or attempt.item.lease_expires
-        if (
-            exc.code != Code.STORE_UNAVAILABLE
-            or attempt.lost
-            or lease is None
-            or self.clock.now() + timedelta(seconds=retry.delay) >= lease
-        ):
-            return False
-        if not retry.told:
-            await self._error(exc, attempt.item.id)
-            retry.told = True
-        await asyncio.sleep(retry.delay)
-        retry.delay = min(retry.delay * 2, 2.0, self.settings.lease / 4)
-        return True
-
-    def _landed_before(self, item: QueueItem, completion: Completion) -> QueueItem:
-        """The item as an earlier try of this completion left it.
-
-        A try that failed with STORE_UNAVAILABLE may have been applied all the same (the
-        store committed, then the connection broke before its answer came back). Retries
-        only happen while this worker's lease holds, so no other worker can have taken the
-        item meanwhile: finding it gone (or moved on) then means our own earlier try landed
-        — or, rarely, an operator acted at that moment. Either way the outcome is told and
-        its DSNs kept: a DSN sent twice is better than one lost.
-        """
-        logger.info("the store lost its answer to the completion of %s; the earlier try was recorded", item.id)
-        return apply_completion(item, completion)
-
-    async def _landed_before_lease_lost(self, item: QueueItem, completion: Completion) -> QueueItem | None:
-        """After a lost answer, LEASE_LOST: the item as our earlier try left it when the store shows
-        exactly that (released, one revision on, our outcomes), else None (another change won)."""
-        try:
-            current = await self.store.aget(item.id)
-        except QueueError:
-            return self._landed_before(item, completion)  # cannot tell: keep the DSNs rather than lose them
-        expected = apply_completion(item, completion)
-        if (
-            current is not None
-            and current.owner is None
-            and current.revision == expected.revision
-            and current.recipients == expected.recipients
-        ):
-            return self._landed_before(item, completion)
-        return None
-
-    async def _write_history_first(self, attempt: Attempt, entries: Sequence[HistoryEntry]) -> bool:
-        """Write `entries` (with other attempts' in one batch), committed, before the outcome is recorded;
-        while the database refuses them, try again as long as the lease holds (renewed meanwhile). False
-        when it ran out first: nothing is recorded, LEASE_LOST is told. Duplicated, never missing:
-        docs/reliability.md, "History before the outcome"."""
-        retry, pending = Retry(), list(entries)
-        while pending:
-            answers = await asyncio.gather(*(self._history.enqueue(e) for e in pending), return_exceptions=True)
-            failed = [(entry, answer) for entry, answer in zip(pending, answers, strict=True) if answer is not None]
-            pending = [entry for entry, _ in failed]
-            if not failed:
-                return True
-            exc = failed[0][1]
-            if not isinstance(exc, QueueError):
-                raise exc
-            if await self._pause_to_retry(attempt, exc, retry):
-                continue
-            if not retry.told:
-                await self._error(exc, attempt.item.id)
-            await self._lease_ran_out(attempt, "the database of the delivery history")
-            return False
-        return True
-
-    async def _write_history(self, entries: list[HistoryEntry]) -> list[None]:
-        if self.history is not None:
-            await self.history.arecord(entries)
-        return [None] * len(entries)
-
     async def _error(self, error: QueueError, item_id: uuid.UUID | None) -> None:
         self.stats.errors.append(error.code)
         logger.warning("error item=%s %s", item_id, error)
@@ -611,24 +423,3 @@ class Worker(ShapingSteps):
         if self.observer is not None:
             self.observer.told(events, item=None, now=self.clock.now())
         await tell(type(self.store), events)
-
-    def _warn(self, error: QueueError, item_id: uuid.UUID) -> None:
-        """The WARNING of an `error` the delivery reported: one per destination (else message), problem and
-        minute; how many were held back goes with the next."""
-        key = (error.code, getattr(error, "destination", None) or error.message)
-        held = self._warnings.admit(key, self.clock.now().timestamp())
-        if held is not None:
-            more = f" (and {held} more like it since the last such line)" if held else ""
-            logger.warning("error item=%s %s%s", item_id, error, more)
-
-    def _log(self, item: QueueItem, outcome: RecipientOutcome) -> None:
-        reply = outcome.reply
-        logger.info(
-            "%s item=%s to=<%s> relay=%s status=%s (%s)",
-            {"delivered": "delivered", "failed": "failed", "pending": "deferred"}[outcome.state.value],
-            item.id,
-            outcome.address,
-            outcome.remote_mta or "none",
-            reply.status,
-            reply,
-        )

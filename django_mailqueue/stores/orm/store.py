@@ -33,9 +33,8 @@ from ...core.items import (
 from ...core.shaping import Suspension
 from ...core.status import QueueSummary
 from ...models import QueuedItem, QueuedRecipient, QueueLock
-from ..base import (
-    OVERVIEW_QUEUES,
-    QueueStore,
+from ..base import OVERVIEW_QUEUES, QueueStore
+from ..validation import (
     check_aware,
     check_completion,
     check_defer,
