@@ -53,6 +53,8 @@ class Retry:
     delay: float = 0.2
     #: the outage was told — and an earlier try may have been applied, its answer lost
     told: bool = False
+    #: failed tries so far (a `--once` run's reads count them: `engine.ONCE_TRIES`)
+    tries: int = 0
 
 
 #: Messages up to this size are read in one call right after the claim; larger ones when their attempt starts.

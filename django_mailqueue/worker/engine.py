@@ -29,7 +29,7 @@ from ..core.observer import Observer
 from ..history import History, HistoryEntry
 from ..stores.base import QueueStore
 from .admission import ShapingSteps
-from .attempt import PREFETCH_SIZE, Attempt, AttemptDeliverer
+from .attempt import PREFETCH_SIZE, Attempt, AttemptDeliverer, Retry
 from .batching import Batcher
 from .dsn import original_header_block
 from .events import Event, tell
@@ -41,6 +41,10 @@ from .shaper import BLOCKED_RECHECK, TICKET, Shaper
 from .suppression import NOTHING_TRIED, listed_outcomes, look_up
 
 logger = logging.getLogger("django_mailqueue")
+
+#: With `once`: how many times a store call that reaches due mail (the claim, the suppression look-up, a message's
+#: read) is tried before the run stops short (`WorkerStats.unreached`); the pauses double from 0.2 s, 3 s in all.
+ONCE_TRIES = 5
 
 
 @dataclass
@@ -59,6 +63,9 @@ class WorkerStats:
     #: destinations this worker suspended
     suspended: int = 0
     errors: list[str] = field(default_factory=list)
+    #: with `once`: the store error that left mail in the queue it could not deliver or record (the command
+    #: exits 1); None when the run reached everything that was due
+    unreached: QueueError | None = None
 
 
 def default_owner() -> str:
@@ -210,15 +217,21 @@ class Worker(ShapingSteps, RecordingSteps):
             await self._idle(room > 0)
 
     async def _claim(self, room: int) -> list[QueueItem]:
-        now = self.clock.now()
-        try:
-            claimed = await self.store.aclaim(
-                owner=self.owner, now=now, lease_expires=now + self.lease, queues=self.queues, limit=room
-            )
-        except QueueError as exc:
-            await self._error(exc, None)
-            await self._sleep(min(5.0, self.settings.poll_interval))
-            return []
+        retry = Retry()
+        while True:
+            now = self.clock.now()
+            try:
+                claimed = await self.store.aclaim(
+                    owner=self.owner, now=now, lease_expires=now + self.lease, queues=self.queues, limit=room
+                )
+                break
+            except QueueError as exc:
+                await self._error(exc, None)
+                if not self.once:
+                    await self._sleep(min(5.0, self.settings.poll_interval))
+                    return []
+                if not await self._once_again(exc, retry):
+                    return []
         if self.shaper is not None and claimed and self.shaper.stale:
             await self.shaper.refresh()  # the claimed items are admitted against a fresh view
         attempts = [Attempt(item) for item in claimed]
@@ -226,8 +239,12 @@ class Worker(ShapingSteps, RecordingSteps):
             self.stats.claimed += 1
             self._held[attempt.item.id] = attempt
             self._waiting.append(attempt)
-        if (unknown := await look_up(self.store, attempts, self.settings.suppression, now=now)) is not None:
-            await self._error(unknown, None)  # the suppression list could not be read: the attempts wait
+        # The suppression list could not be read: the attempts wait (given back), or with `once` it is read again.
+        while (unknown := await look_up(self.store, attempts, self.settings.suppression, now=now)) is not None:
+            await self._error(unknown, None)
+            if not (self.once and await self._once_again(unknown, retry)):
+                break
+            now = self.clock.now()
         small = [a for a in attempts if a.item.size <= PREFETCH_SIZE]
         if small:
             try:
@@ -271,6 +288,24 @@ class Worker(ShapingSteps, RecordingSteps):
         finally:
             stop.cancel()
             changed.cancel()
+
+    async def _once_again(self, exc: QueueError, retry: Retry) -> bool:
+        """With `once`, after the store error `exc` kept due mail out of reach: True after a pause (the retry's,
+        doubling) while the call has tries left (`ONCE_TRIES`); else the run stops short — claims nothing more,
+        gives back what it holds — keeping `exc` for its exit, and False."""
+        retry.tries += 1
+        if retry.tries < ONCE_TRIES:
+            await self._sleep(retry.delay)
+            retry.delay = min(retry.delay * 2, 2.0)
+            return not self._stopping.is_set()
+        self._stop_short(exc)
+        return False
+
+    def _stop_short(self, exc: QueueError) -> None:
+        """With `once`: mail was left in the queue for `exc`; the run ends as soon as it can, and says so."""
+        if self.stats.unreached is None:
+            self.stats.unreached = exc
+        self.stop()
 
     async def _sleep(self, seconds: float) -> None:
         with contextlib.suppress(asyncio.TimeoutError):
@@ -369,13 +404,17 @@ class Worker(ShapingSteps, RecordingSteps):
         if attempt.listed is None:  # the suppression look-up failed (and was told): try again a little later
             await self._give_back_later(attempt, seconds=1.0)
             return
-        try:
-            message = attempt.message if attempt.prefetched else await self.store.aread_message(item.id)
-            gone = message is None and await self.store.aget(item.id) is None
-        except QueueError as exc:  # the store is out of reach: try again a little later
-            await self._error(exc, item.id)
-            await self._give_back_later(attempt, seconds=1.0)
-            return
+        retry = Retry()
+        while True:
+            try:
+                message = attempt.message if attempt.prefetched else await self.store.aread_message(item.id)
+                gone = message is None and await self.store.aget(item.id) is None
+                break
+            except QueueError as exc:  # the store is out of reach: try again a little later
+                await self._error(exc, item.id)
+                if not (self.once and await self._once_again(exc, retry)):
+                    await self._give_back_later(attempt, seconds=1.0)
+                    return
         if message is None:
             if gone:
                 return  # cancelled, or finished by another worker: nothing to do

@@ -41,6 +41,7 @@ class RecordingSteps:
         clock: Clock
         rng: random.Random
         owner: str
+        once: bool
         history: History | None
         observer: Observer | None
         stats: WorkerStats
@@ -50,6 +51,7 @@ class RecordingSteps:
         _history: Batcher[HistoryEntry, None]
 
         async def _error(self, error: QueueError, item_id: uuid.UUID | None) -> None: ...
+        def _stop_short(self, exc: QueueError) -> None: ...
 
     async def _record(self, attempt: Attempt, outcome: AttemptOutcome) -> None:
         """Write what `outcome` means (history rows, committed, then the completion with its DSNs in one
@@ -151,15 +153,15 @@ class RecordingSteps:
         attempt.lost = True
         self.stats.leases_lost += 1
         item_id = attempt.item.id
-        await self._error(
-            QueueError(
-                Code.LEASE_LOST,
-                f"lost the lease on {item_id}: {what} was out of reach until the lease ran out; nothing was "
-                "recorded, and the item will be delivered again",
-                item_id=item_id,
-            ),
-            item_id,
+        error = QueueError(
+            Code.LEASE_LOST,
+            f"lost the lease on {item_id}: {what} was out of reach until the lease ran out; nothing was "
+            "recorded, and the item will be delivered again",
+            item_id=item_id,
         )
+        await self._error(error, item_id)
+        if self.once:
+            self._stop_short(error)  # the store was out of reach for a whole lease: a `--once` run ends, and says so
 
     async def _pause_to_retry(self, attempt: Attempt, exc: QueueError, retry: Retry) -> bool:
         """After a failed store write: when the store is out of reach and the lease will still hold

@@ -20,6 +20,7 @@ from django_mailqueue.stores.memory import MemoryStore
 from django_mailqueue.testing.damage import lose_message
 from django_mailqueue.testing.fakes import DELIVERED, GREYLISTED, REJECTED, ScriptedDeliverer
 from django_mailqueue.worker import Worker
+from django_mailqueue.worker.engine import ONCE_TRIES
 from django_mailqueue.worker.flow import RECORDING_FACTOR
 
 MESSAGE = b"From: a@example.com\r\nTo: b@example.org\r\nSubject: hi\r\nMessage-ID: <orig-1@example.com>\r\n\r\nbody\r\n"
@@ -480,30 +481,70 @@ async def test_a_listed_recipient_fails_without_a_delivery_call_and_a_5_1_1_list
     assert listed["new-gone@example.org"].reply == REJECTED and listed["gone@example.org"].item_id is None
 
 
-class LookUpFailsOnce(MemoryStore):
-    """A memory store whose first suppression look-up finds the store out of reach."""
+class LookUpFails(MemoryStore):
+    """A memory store whose first `failures` suppression look-ups find the store out of reach."""
 
-    failed = False
+    def __init__(self, failures: int) -> None:
+        super().__init__()
+        self.failures = failures
+        self.look_ups = 0
 
     def suppressed(self, addresses: Any, *, since: Any) -> Any:
-        if not self.failed:
-            self.failed = True
+        self.look_ups += 1
+        if self.look_ups <= self.failures:
             raise QueueError(Code.STORE_UNAVAILABLE, "the store is out of reach")
         return super().suppressed(addresses, since=since)
 
 
-async def test_a_failed_look_up_is_told_and_the_item_waits_rather_than_mail_a_listed_address(
-    recorder: Recorder, clock: FakeClock
-) -> None:
-    store = LookUpFailsOnce()
+def listed_and_fine(store: MemoryStore, clock: FakeClock) -> None:
     store.suppress([Suppression("gone@example.org", REJECTED, clock.now(), None)])
     add(store, clock, recipients=("gone@example.org", "fine@example.org"))
+
+
+async def test_a_failed_look_up_is_told_and_made_again_before_any_address_is_mailed(
+    recorder: Recorder, clock: FakeClock
+) -> None:
+    store = LookUpFails(1)
+    listed_and_fine(store, clock)
     deliverer = ScriptedDeliverer()
-    await make_worker(store, clock, deliverer).run()
-    assert deliverer.calls == [] and recorder.names() == ["error"]
+    stats = await make_worker(store, clock, deliverer, DSN=False).run()
+    assert store.look_ups == 2 and [call.recipients for call in deliverer.calls] == [("fine@example.org",)]
+    assert recorder.names() == ["error", "failed", "delivered"]
+    assert store.count() == 0 and stats.unreached is None
+
+
+async def test_once_a_look_up_failing_every_try_stops_the_run_short_and_its_item_stays_due(
+    recorder: Recorder, clock: FakeClock
+) -> None:
+    """Under a fake clock too the run ends: the tries are counted, and the item goes back due now."""
+    store = LookUpFails(ONCE_TRIES)
+    listed_and_fine(store, clock)
+    deliverer = ScriptedDeliverer()
+    stats = await asyncio.wait_for(make_worker(store, clock, deliverer).run(), 30)
+    assert store.look_ups == ONCE_TRIES and deliverer.calls == []
+    assert stats.unreached is not None and stats.unreached.code == Code.STORE_UNAVAILABLE
+    assert recorder.names() == ["error"] * ONCE_TRIES
+    (item,) = store.list()
+    assert item.attempts == 0 and item.owner is None and item.next_attempt <= clock.now()
+    await make_worker(store, clock, deliverer, DSN=False).run()  # the store answers again: a run reaches it
+    assert [call.recipients for call in deliverer.calls] == [("fine@example.org",)] and store.count() == 0
+
+
+async def test_a_running_worker_gives_an_item_whose_look_up_failed_back_for_a_second(
+    recorder: Recorder, clock: FakeClock
+) -> None:
+    store = LookUpFails(1)
+    listed_and_fine(store, clock)
+    deliverer = ScriptedDeliverer()
+    parsed = load_settings({"HOSTNAME": "mq.test.example", "POLL_INTERVAL": 0.05})
+    worker = Worker(store=store, settings=parsed, deliverer=deliverer, clock=clock, owner="w")
+    run = asyncio.create_task(worker.run())
+    for _ in range(200):
+        if store.list()[0].next_attempt > clock.now():  # given back, due later
+            break
+        await asyncio.sleep(0.01)
+    worker.stop()
+    stats = await asyncio.wait_for(run, 10)
+    assert deliverer.calls == [] and recorder.names() == ["error"] and stats.unreached is None
     (item,) = store.list()
     assert item.attempts == 0 and item.owner is None and item.next_attempt == clock.now() + timedelta(seconds=1)
-    clock.advance(1)
-    await make_worker(store, clock, deliverer, DSN=False).run()
-    assert [call.recipients for call in deliverer.calls] == [("fine@example.org",)]
-    assert recorder.names()[1:] == ["failed", "delivered"]

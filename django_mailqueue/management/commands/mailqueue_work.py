@@ -41,7 +41,10 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument(
-            "--once", action="store_true", help="deliver everything due now, wait for those deliveries, and exit 0"
+            "--once",
+            action="store_true",
+            help="deliver everything due now, wait for those deliveries, and exit 0 (1 when the store stayed out of "
+            "reach and due mail was left)",
         )
         parser.add_argument(
             "--concurrency", type=positive, default=None, help="items in flight (default: MAILQUEUE['CONCURRENCY'])"
@@ -121,6 +124,8 @@ class Command(BaseCommand):
                 f"{stats.failed} failed, {stats.dsns} DSNs, {stats.leases_lost} leases lost, "
                 f"{stats.given_back} given back"
             )
+        if stats.unreached is not None:  # exit 1: a cron job or a script must not take this run for a full one
+            raise CommandError(f"--once left mail in the queue that it could not reach: {stats.unreached}")
 
     async def _run(self, worker: Worker, verbosity: int) -> WorkerStats:
         loop = asyncio.get_running_loop()
