@@ -27,8 +27,8 @@ from ..core.items import (
 from ..core.shaping import Suspension
 from ..core.status import QueueSummary
 
-# The input checks a store runs (`validation`), importable from here as the store contract has long named them.
-from .validation import (
+# The input checks a store runs (`inputs`), importable from here as the store contract has long named them.
+from .inputs import (
     check_address,
     check_aware,
     check_completion,

@@ -28,7 +28,7 @@ from ..core.items import (
 )
 from ..core.shaping import Suspension, forgotten, next_suspension, take_from_bucket
 from .base import OVERVIEW_QUEUES, QueueStore
-from .validation import (
+from .inputs import (
     check_aware,
     check_completion,
     check_defer,

@@ -29,6 +29,7 @@ from . import redis_connection as conn
 from . import redis_scripts as scripts
 from . import redis_sentinel as sentinel
 from .base import READ_CHUNK
+from .inputs import check_completion, check_new_item, check_owner
 from .redis_clients import AsyncClient, RedisClients, SyncClient, T
 from .redis_layout import (
     LAYOUT_VERSION,
@@ -45,7 +46,6 @@ from .redis_layout import (
 from .redis_reading import RedisReading
 from .redis_shaping import RedisShaping
 from .redis_suppression import RedisSuppressionList
-from .validation import check_completion, check_new_item, check_owner
 
 logger = logging.getLogger("django_mailqueue.stores.redis")
 

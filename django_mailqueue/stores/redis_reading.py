@@ -13,9 +13,9 @@ from ..core.clock import to_micros
 from ..core.items import ItemOrder, ItemQuery, QueueItem, matches
 from . import redis_scripts as scripts
 from .base import OVERVIEW_QUEUES, QueueStore
+from .inputs import check_order
 from .redis_clients import SyncClient
 from .redis_layout import Keys, fields, text, to_item
-from .validation import check_order
 
 _R = TypeVar("_R")
 

@@ -14,9 +14,9 @@ from ..core.items import Reply
 from ..core.shaping import FORGET_AFTER, Suspension
 from . import redis_scripts as scripts
 from .base import QueueStore
+from .inputs import check_aware, check_defer, check_key, check_suspend, check_take
 from .redis_clients import AsyncClient, SyncClient
 from .redis_layout import Keys, fields, text
-from .validation import check_aware, check_defer, check_key, check_suspend, check_take
 
 _R = TypeVar("_R")
 _FORGET_US = FORGET_AFTER // timedelta(microseconds=1)

@@ -12,9 +12,9 @@ from ..core.clock import to_micros
 from ..core.items import Suppression
 from . import redis_scripts as scripts
 from .base import QueueStore
+from .inputs import check_suppressions
 from .redis_clients import AsyncClient, SyncClient, T
 from .redis_layout import Keys, load_suppression, suppression_args, text
-from .validation import check_suppressions
 
 #: Addresses a search reads per ZRANGE.
 SEARCH_PAGE = 1000

@@ -34,7 +34,7 @@ from ...core.shaping import Suspension
 from ...core.status import QueueSummary
 from ...models import QueuedItem, QueuedRecipient, QueueLock
 from ..base import OVERVIEW_QUEUES, QueueStore
-from ..validation import (
+from ..inputs import (
     check_aware,
     check_completion,
     check_defer,
