@@ -8,7 +8,7 @@ left as it is.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import update_wrapper, wraps
 from typing import Any
 from urllib.parse import urlsplit
@@ -16,7 +16,9 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.contrib.admin import ModelAdmin
 from django.http import HttpResponseBase
-from django.urls import URLPattern
+from django.urls import URLPattern, path, reverse
+
+View = Callable[..., HttpResponseBase]
 
 
 def admin_csp() -> str:
@@ -73,3 +75,18 @@ def admin_page(model_admin: ModelAdmin[Any], view: Callable[..., HttpResponseBas
 
     wrapper.model_admin = model_admin  # type: ignore[attr-defined]
     return update_wrapper(wrapper, view)
+
+
+def store_pages(model_admin: ModelAdmin[Any], pages: Sequence[tuple[str, View, str]]) -> list[URLPattern]:
+    """The URL patterns of a store-backed admin's own pages: each `(route, view, name)` behind the admin's login
+    (`admin_page`) with the pages' headers (`secure_urls`), named `<app>_<model>_<name>` as Django names its own."""
+    prefix = f"{model_admin.opts.app_label}_{model_admin.opts.model_name}"
+    return secure_urls(
+        [path(route, admin_page(model_admin, view), name=f"{prefix}_{name}") for route, view, name in pages]
+    )
+
+
+def page_url(model_admin: ModelAdmin[Any], name: str, *args: Any) -> str:
+    """The URL of `model_admin`'s page `name` (see `store_pages`)."""
+    opts = model_admin.opts
+    return reverse(f"{model_admin.admin_site.name}:{opts.app_label}_{opts.model_name}_{name}", args=args)

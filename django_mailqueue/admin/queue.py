@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -23,13 +22,12 @@ from django.core.exceptions import PermissionDenied
 from django.http import (
     HttpRequest,
     HttpResponse,
-    HttpResponseBase,
     HttpResponseNotAllowed,
     HttpResponseRedirect,
     QueryDict,
 )
 from django.template.response import TemplateResponse
-from django.urls import URLPattern, path, reverse
+from django.urls import URLPattern, reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 
 from ..conf import get_settings
@@ -57,7 +55,7 @@ from .actions import (
     matching_ids,
     move_items,
 )
-from .headers import admin_page, secure_urls
+from .headers import page_url, store_pages
 from .listing import (
     DOMAIN_PARAM,
     MAX_PAGE,
@@ -131,23 +129,19 @@ class QueueAdmin(ReadOnlyRows, _ModelAdmin):
     # --- URLs: every page is the store's -------------------------------------------------
 
     def get_urls(self) -> list[URLPattern]:
-        prefix = f"{self.opts.app_label}_{self.opts.model_name}"
-
-        def wrap(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResponseBase]:
-            return admin_page(self, view)
-
-        return secure_urls(
+        return store_pages(
+            self,
             [
-                path("", wrap(self.queue_view), name=f"{prefix}_changelist"),
-                path("overview/", wrap(self.overview_view), name=f"{prefix}_overview"),
-                path("actions/", wrap(self.action_view), name=f"{prefix}_action"),
-                path("suspensions/resume/", wrap(self.resume_view), name=f"{prefix}_resume"),
-                path("<uuid:item_id>/change/", wrap(self.item_view), name=f"{prefix}_change"),
-            ]
+                ("", self.queue_view, "changelist"),
+                ("overview/", self.overview_view, "overview"),
+                ("actions/", self.action_view, "action"),
+                ("suspensions/resume/", self.resume_view, "resume"),
+                ("<uuid:item_id>/change/", self.item_view, "change"),
+            ],
         )
 
     def _url(self, name: str, *args: Any) -> str:
-        return reverse(f"{self.admin_site.name}:{self.opts.app_label}_{self.opts.model_name}_{name}", args=args)
+        return page_url(self, name, *args)
 
     def _context(self, request: HttpRequest, title: str, **extra: Any) -> dict[str, Any]:
         return {

@@ -7,7 +7,6 @@ store, so the pages are the same on the ORM, Redis and memory stores.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
@@ -17,9 +16,9 @@ from django.contrib import admin, messages
 from django.contrib.admin.models import ADDITION, DELETION, LogEntry
 from django.contrib.contenttypes.models import ContentType
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse, HttpResponseBase, HttpResponseNotAllowed, HttpResponseRedirect
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.urls import URLPattern, path, reverse
+from django.urls import URLPattern, reverse
 
 from ..conf import get_settings
 from ..core.clock import Clock, SystemClock
@@ -28,7 +27,7 @@ from ..core.items import Suppression
 from ..models import SuppressedAddress
 from ..stores import get_store
 from ..suppression import BY_HAND_STATUS, by_hand, shown_since
-from .headers import admin_page, secure_urls
+from .headers import page_url, store_pages
 
 #: Addresses one add or remove takes.
 MAX_ADDRESSES = 500
@@ -88,21 +87,17 @@ class SuppressionAdmin(_ModelAdmin):
             raise PermissionDenied
 
     def get_urls(self) -> list[URLPattern]:
-        prefix = f"{self.opts.app_label}_{self.opts.model_name}"
-
-        def wrap(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResponseBase]:
-            return admin_page(self, view)
-
-        return secure_urls(
+        return store_pages(
+            self,
             [
-                path("", wrap(self.list_page), name=f"{prefix}_changelist"),
-                path("add/", wrap(self.add_page), name=f"{prefix}_add"),
-                path("remove/", wrap(self.remove_page), name=f"{prefix}_remove"),
-            ]
+                ("", self.list_page, "changelist"),
+                ("add/", self.add_page, "add"),
+                ("remove/", self.remove_page, "remove"),
+            ],
         )
 
     def _url(self, name: str) -> str:
-        return reverse(f"{self.admin_site.name}:{self.opts.app_label}_{self.opts.model_name}_{name}")
+        return page_url(self, name)
 
     def _context(self, request: HttpRequest, title: str, **extra: Any) -> dict[str, Any]:
         return {
