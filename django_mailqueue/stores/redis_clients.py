@@ -162,14 +162,8 @@ class RedisClients:
                     with contextlib.suppress(redis.RedisError):
                         self._note_policy(client.config_get("maxmemory-policy"))
                 return work(client)
-            except QueueError:
-                raise
-            except scripts.ReplicasBehind as behind:
-                raise self.replicas_behind(behind) from None
-            except DRIVER_ERRORS as exc:
-                pause = tries.pause(exc)
-                if pause is None:
-                    raise conn.translate(exc, self._mask, self.place, tries.spent()) from None
+            except (scripts.ReplicasBehind, *DRIVER_ERRORS) as exc:
+                pause = self._pause_or_raise(exc, tries)
                 if isinstance(exc, redis.exceptions.ReadOnlyError) and self._client is not None and not self.cluster:
                     # a `url` that reached a replica: the next connections resolve and connect anew
                     self._client.connection_pool.disconnect(inuse_connections=False)
@@ -189,17 +183,21 @@ class RedisClients:
                     with contextlib.suppress(redis.RedisError):
                         self._note_policy(await client.config_get("maxmemory-policy"))
                 return await work(client)
-            except QueueError:
-                raise
-            except scripts.ReplicasBehind as behind:
-                raise self.replicas_behind(behind) from None
-            except DRIVER_ERRORS as exc:
-                pause = tries.pause(exc)
-                if pause is None:
-                    raise conn.translate(exc, self._mask, self.place, tries.spent()) from None
+            except (scripts.ReplicasBehind, *DRIVER_ERRORS) as exc:
+                pause = self._pause_or_raise(exc, tries)
                 if isinstance(exc, redis.exceptions.ReadOnlyError) and self._async is not None and not self.cluster:
                     await self._async[1].connection_pool.disconnect(inuse_connections=False)
                 await asyncio.sleep(pause)
+
+    def _pause_or_raise(self, exc: Exception, tries: _Tries) -> float:
+        """After `work` failed with `exc` (in `do` or `ado`): the pause before it is sent again, the primary
+        failing over; else raise the error as a `QueueError`."""
+        if isinstance(exc, scripts.ReplicasBehind):
+            raise self.replicas_behind(exc) from None
+        pause = tries.pause(exc)
+        if pause is None:
+            raise conn.translate(exc, self._mask, self.place, tries.spent()) from None
+        return pause
 
     def translate(self, exc: BaseException) -> QueueError:
         """A driver's error met outside `do` / `ado` (a reply of a pipeline), as they make it."""
