@@ -143,11 +143,7 @@ def _retry_delays(value: Any) -> tuple[float, ...]:
 
 
 def _store(value: Any) -> StoreSettings:
-    if not isinstance(value, Mapping):
-        raise InvalidValueError("must be a dict with BACKEND and OPTIONS")
-    unknown = set(value) - {"BACKEND", "OPTIONS"}
-    if unknown:
-        raise InvalidValueError(f"has unknown keys {sorted(unknown)}; it takes BACKEND and OPTIONS")
+    value = rules.keyed(value, ("BACKEND", "OPTIONS"), "BACKEND and OPTIONS")
     backend = value.get("BACKEND", BUILTIN_STORES[0])
     options = value.get("OPTIONS", {})
     if not isinstance(backend, str):
@@ -158,11 +154,7 @@ def _store(value: Any) -> StoreSettings:
 
 
 def _dns(value: Any) -> DnsSettings:
-    if not isinstance(value, Mapping):
-        raise InvalidValueError("must be a dict with NAMESERVERS, PORT and TIMEOUT")
-    unknown = set(value) - {"NAMESERVERS", "PORT", "TIMEOUT"}
-    if unknown:
-        raise InvalidValueError(f"has unknown keys {sorted(unknown)}")
+    value = rules.keyed(value, ("NAMESERVERS", "PORT", "TIMEOUT"), "NAMESERVERS, PORT and TIMEOUT")
     servers = value.get("NAMESERVERS")
     if servers is not None:
         if isinstance(servers, str) or not isinstance(servers, list | tuple) or not servers:
@@ -197,11 +189,7 @@ _TIMEOUT_KEYS = {
 
 
 def _timeouts(value: Any) -> Timeouts:
-    if not isinstance(value, Mapping):
-        raise InvalidValueError(f"must be a dict with any of {sorted(_TIMEOUT_KEYS)}")
-    unknown = set(value) - set(_TIMEOUT_KEYS)
-    if unknown:
-        raise InvalidValueError(f"has unknown keys {sorted(unknown)}; it takes {sorted(_TIMEOUT_KEYS)}")
+    value = rules.keyed(value, _TIMEOUT_KEYS, f"any of {sorted(_TIMEOUT_KEYS)}")
     values = {}
     for key, attr in _TIMEOUT_KEYS.items():
         if key in value:

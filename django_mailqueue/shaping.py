@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .core.items import Reply
-from .validation import InvalidValueError
+from .validation import InvalidValueError, keyed
 from .validation import number as _number
 
 #: The periods a RATE may name, in seconds.
@@ -319,11 +319,7 @@ def _rules(value: Any) -> tuple[ThrottleRule, ...]:
 
 
 def _entry(value: Any) -> ShapingEntry:
-    if not isinstance(value, Mapping):
-        raise InvalidValueError(f"must be a dict with any of {list(ENTRY_KEYS)}")
-    unknown = set(value) - set(ENTRY_KEYS)
-    if unknown:
-        raise InvalidValueError(f"has unknown keys {sorted(unknown)}; an entry takes {list(ENTRY_KEYS)}")
+    value = keyed(value, ENTRY_KEYS, f"any of {list(ENTRY_KEYS)}")
     limits = parse_limits(value)
     default_rules = value.get("DEFAULT_RULES")
     if default_rules is not None and not isinstance(default_rules, bool):

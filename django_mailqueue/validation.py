@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 Validator = Callable[[Any], Any]
@@ -30,6 +30,16 @@ def number(
         return value
 
     return check
+
+
+def keyed(value: Any, keys: Collection[str], takes: str) -> Mapping[str, Any]:
+    """`value`, a dict of some of `keys`; else `InvalidValueError` saying that it takes `takes`."""
+    if not isinstance(value, Mapping):
+        raise InvalidValueError(f"must be a dict with {takes}")
+    unknown = sorted(str(key) for key in set(value) - set(keys))
+    if unknown:
+        raise InvalidValueError(f"has unknown keys {unknown}; it takes {takes}")
+    return value
 
 
 def optional(inner: Validator) -> Validator:
