@@ -50,7 +50,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from .smtp_server import LoopThreadServer, free_port
+from .loopback import LoopThreadServer, free_port
 
 FAULT_KINDS = (
     "refuse",

@@ -23,7 +23,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from .smtp_server import LoopThreadServer
+from .loopback import LoopThreadServer
 
 
 @dataclass
