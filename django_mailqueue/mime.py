@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import email.policy
 import re
+import time
 from collections.abc import Sequence
 from email.message import Message
 from email.utils import formatdate, make_msgid
@@ -79,7 +80,7 @@ def plain_message_bytes(message: EmailMessage) -> tuple[bytes, str] | None:
     for name, values in (("To", message.to), ("Cc", message.cc), ("Reply-To", message.reply_to)):
         if values:
             headers.append((name, _joined(values)))
-    headers.append(("Date", formatdate(localtime=django_settings.EMAIL_USE_LOCALTIME)))
+    headers.append(("Date", _date_now(bool(django_settings.EMAIL_USE_LOCALTIME))))
     headers.append(("Message-ID", message_id))
     header_lines = []
     for name, value in headers:
@@ -104,6 +105,22 @@ def plain_message_bytes(message: EmailMessage) -> tuple[bytes, str] | None:
     if not data.endswith(b"\r\n"):
         data += b"\r\n"
     return data, message_id
+
+
+#: The Date header last written, for each `localtime`: (the whole second and the local zone, its text).
+_dates: dict[bool, tuple[object, str]] = {}
+
+
+def _date_now(localtime: bool) -> str:
+    """`formatdate(localtime=localtime)` as Django writes it — whole seconds — made once a second (and again
+    when the local time zone changes, as `override_settings(TIME_ZONE=…)` changes it)."""
+    second = int(time.time())
+    key = (second, time.tzname, time.timezone, time.altzone) if localtime else second
+    kept = _dates.get(localtime)
+    if kept is None or kept[0] != key:
+        kept = (key, formatdate(second, localtime=localtime))
+        _dates[localtime] = kept
+    return kept[1]
 
 
 def _joined(values: Sequence[object]) -> str:

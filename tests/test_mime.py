@@ -2,26 +2,44 @@
 
 from __future__ import annotations
 
+import email.utils
 from collections.abc import Iterator
 
 import pytest
 from django.core.mail import EmailMessage, EmailMultiAlternatives, send_mail
 from django.core.mail import message as django_message
+from django.test import override_settings
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from django_mailqueue import mime
 from django_mailqueue.envelopes import message_to_item
 
+#: The Date writer itself: the fixture below puts a fixed date in its place.
+_real_date_now = mime._date_now
+
 pytestmark = pytest.mark.skipif(not mime.SUPPORTED, reason="the fast path is off on this Django")
 
 
 @pytest.fixture(autouse=True)
 def fixed_date_and_id(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setattr(django_message, "formatdate", lambda localtime=False: "Mon, 30 Nov 2026 12:00:00 -0000")
+    monkeypatch.setattr(mime, "_date_now", lambda localtime: "Mon, 30 Nov 2026 12:00:00 -0000")
     for module in (django_message, mime):
-        monkeypatch.setattr(module, "formatdate", lambda localtime=False: "Mon, 30 Nov 2026 12:00:00 -0000")
         monkeypatch.setattr(module, "make_msgid", lambda domain=None: f"<1.2.3@{domain}>")
     yield
+
+
+@pytest.mark.parametrize("localtime", [False, True])
+@pytest.mark.parametrize("zone", ["UTC", "America/Chicago", "Asia/Kolkata"])
+def test_the_date_made_once_a_second_is_the_one_django_writes(localtime: bool, zone: str) -> None:
+    with override_settings(TIME_ZONE=zone):
+        for _ in range(5):  # the second may turn between the two
+            before = email.utils.formatdate(localtime=localtime)
+            ours = _real_date_now(localtime)
+            if before == email.utils.formatdate(localtime=localtime):
+                break
+        assert ours == before
 
 
 def django_bytes(message: EmailMessage) -> tuple[bytes, str]:

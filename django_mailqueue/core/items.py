@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import enum
+import os
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -11,6 +13,21 @@ from datetime import datetime
 from .clock import from_micros, to_micros
 
 DEFAULT_QUEUE = "default"
+
+
+def new_item_id() -> uuid.UUID:
+    """A new item's id: a UUID version 7 (RFC 9562), its milliseconds since the Unix epoch first, then a
+    twelfth of a millisecond's fraction, then 62 random bits.
+
+    Ids made one after the other sort in the order they were made, so an add appends to the id indexes
+    (SQLite's and PostgreSQL's) instead of writing one page of them a message: docs/performance.md, "The
+    bulk enqueue floor". Two ids made in the same quarter-microsecond differ by their random bits.
+    """
+    ns = time.time_ns()
+    ms, fraction = divmod(ns, 1_000_000)
+    high = (ms << 16) | 0x7000 | (fraction * 4096 // 1_000_000)
+    low = 0x8000_0000_0000_0000 | (int.from_bytes(os.urandom(8)) & 0x3FFF_FFFF_FFFF_FFFF)
+    return uuid.UUID(int=(high << 64) | low)
 
 
 def address_domain(address: str) -> str:
@@ -162,7 +179,7 @@ class NewItem:
     not_before: datetime | None = None
     message_id: str = ""
     subject: str = ""
-    id: uuid.UUID = field(default_factory=uuid.uuid4)
+    id: uuid.UUID = field(default_factory=new_item_id)
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,7 +28,7 @@ def refuse_unkeepable(value: str, what: str) -> str:
     """
     if "\x00" in value:
         raise QueueError(Code.INVALID, f"{what} holds a NUL character")
-    if _LONE_SURROGATE.search(value):
+    if not value.isascii() and _LONE_SURROGATE.search(value):  # isascii() reads a flag: no scan
         raise QueueError(Code.INVALID, f"{what} holds a lone surrogate")
     return value
 

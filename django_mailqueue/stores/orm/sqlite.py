@@ -72,24 +72,28 @@ class SqliteDialect(HandWritten, PortableDialect):
             for start in range(0, len(items), ADD_CHUNK):
                 chunk = items[start : start + ADD_CHUNK]
                 params: builtins.list[Any] = []
+                rows: builtins.list[builtins.list[Any]] = []
                 for new in chunk:
                     item = as_added(new, now, now_us, text_limits=TEXT_LIMITS)
                     values = added_values(item, now_us)
                     values[0] = new.id.hex  # SQLite keeps a UUID as 32 hex digits
                     params += values
+                    rows.append(values)
                     result.append(item)
                 cursor.execute(with_rows(self.name, "add", len(chunk)), params)
-                seq_of = {uuid.UUID(hex=str(item_id)): seq for item_id, seq in cursor.fetchall()}
+                seq_of = dict(cursor.fetchall())  # {id as 32 hex digits: seq}
+                seqs = [seq_of[values[0]] for values in rows]
                 cursor.executemany(
                     statement(self.name, "add_recipient"),
                     [
-                        (seq_of[new.id], position, address, address_domain(address))
-                        for new in chunk
+                        (seq, position, address, address_domain(address))
+                        for seq, new in zip(seqs, chunk, strict=True)
                         for position, address in enumerate(new.recipients)
                     ],
                 )
                 cursor.executemany(
-                    statement(self.name, "add_message"), [(seq_of[new.id], bytes(new.message)) for new in chunk]
+                    statement(self.name, "add_message"),
+                    [(seq, bytes(new.message)) for seq, new in zip(seqs, chunk, strict=True)],
                 )
         return result
 
