@@ -145,6 +145,16 @@ def test_queue_and_send_at_per_message() -> None:
     assert second.queue == "default" and second.next_attempt == later + timedelta(seconds=60)
 
 
+def test_ids_sort_in_the_order_they_were_queued_and_differ_in_their_first_digits() -> None:
+    # The index locality the ids are made for, and the 8 digits the admin shows and searches an id by.
+    send_mass_mail([("s", "b", "from@example.com", [f"to{i}@example.org"]) for i in range(200)])
+    rows = list(QueuedItem.objects.order_by("seq").values_list("id", flat=True))
+    assert len(rows) == 200
+    assert {row.version for row in rows} == {8}
+    assert len({row.hex[:8] for row in rows}) == 200
+    assert sum(a < b for a, b in zip(rows, rows[1:], strict=False)) >= 198  # one wrap of the counter at most
+
+
 def test_a_rolled_back_transaction_queues_nothing() -> None:
     with pytest.raises(RuntimeError), transaction.atomic():
         send_mail("s", "b", "from@example.com", ["to@example.org"])
