@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
 
 import pytest
 from hypothesis import HealthCheck, settings
 
+from django_mailqueue import signals
+from tests.reliability.secret_texts import ErrorSignals
 from tests.support.services import skip_or_fail
 
 settings.register_profile(
@@ -27,3 +30,12 @@ def private_servers() -> None:
     for tool in ("initdb", "pg_ctl", "redis-server"):
         if shutil.which(tool) is None and not os.path.exists(f"/usr/bin/{tool}"):
             skip_or_fail(f"{tool} is not installed: the fault run starts private servers")
+
+
+@pytest.fixture
+def error_signals() -> Iterator[ErrorSignals]:
+    """Every `error` signal's payload, as texts (the secret tests look for secrets in them)."""
+    receiver = ErrorSignals()
+    signals.error.connect(receiver, weak=False, dispatch_uid="rel-secrets")
+    yield receiver
+    signals.error.disconnect(dispatch_uid="rel-secrets")

@@ -1,6 +1,6 @@
 """Secrets forced into failures never show: logs, exceptions, `error` signals, admin pages, Django's error reports.
 
-Four secrets, each made to fail every way it can:
+Three secrets, each made to fail every way it can (a DKIM private key: test_secrets_dkim.py):
 
 - a relay's PASSWORD: refused (a 535 that echoes the credentials), AUTH
   answered 421 with the line echoed, a TLS handshake that fails, an
@@ -13,10 +13,7 @@ Four secrets, each made to fail every way it can:
   out of reach — through the store, a worker and `mailqueue_status`;
 - a PostgreSQL password (in the URL the settings are built from): a wrong
   password (a private cluster with scram auth) and an unreachable host,
-  through `mailqueue_work --once` and `mailqueue_status` processes;
-- a DKIM private key given as PEM text: mail signed with it (and a deferral),
-  a key of the wrong kind, a key cut short — the check, the worker, the
-  admin, `mailqueue_status` and Django's error report.
+  through `mailqueue_work --once` and `mailqueue_status` processes.
 
 Each check looks at every text an operator or a log collector sees: caplog
 at DEBUG, `str` / `repr` / the whole `traceback.format_exception` chain of
@@ -26,25 +23,19 @@ reply texts, the admin's pages, and `ExceptionReporter.get_traceback_text()`.
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
 import os
 import subprocess
 import sys
-import traceback
 from collections.abc import Iterator
 from io import StringIO
 from pathlib import Path
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import User
-from django.test import Client
-from django.urls import NoReverseMatch, reverse
 from django.views.debug import ExceptionReporter, SafeExceptionReporterFilter
 
-from django_mailqueue import signals
 from django_mailqueue.conf import get_settings
 from django_mailqueue.core.items import NewItem
 from django_mailqueue.exceptions import QueueError
@@ -52,57 +43,25 @@ from django_mailqueue.history import History
 from django_mailqueue.stores.memory import MemoryStore
 from django_mailqueue.stores.orm import OrmStore
 from django_mailqueue.worker import Worker
+from tests.reliability.secret_texts import (
+    RELAY_USER,
+    ErrorSignals,
+    admin_pages,
+    aware_now,
+    exception_texts,
+    leaks,
+    report_text,
+)
 from tests.reliability.servers import PrivatePostgres, PrivateRedis, free_port
 from tests.support.smtp_server import BROKEN_TLS, DEFAULT_EHLO, ServerPool, auth_echo, smtp_servers  # noqa: F401
 
 RELAY_PASSWORD = "Relay-Pw-5ecret-0f9a"  # noqa: S105
-RELAY_USER = "relayuser"
 REDIS_PASSWORD = "Redis-Pw-5ecret-77b2"  # noqa: S105
 PG_PASSWORD = "Pg-Pw-5ecret-3c1e"  # noqa: S105
 ROOT = Path(__file__).resolve().parents[2]
 
 EHLO_AUTH = DEFAULT_EHLO.replace(b"250 SMTPUTF8", b"250-SMTPUTF8\r\n250 AUTH PLAIN LOGIN")
 EHLO_TLS = DEFAULT_EHLO.replace(b"250 SMTPUTF8", b"250-SMTPUTF8\r\n250-STARTTLS\r\n250 AUTH PLAIN LOGIN")
-
-
-def forms(secret: str, user: str = RELAY_USER) -> list[str]:
-    """The secret as it may travel: plain, URL-quoted parts aside, and the base64 forms AUTH uses."""
-    raw = secret.encode()
-    return [
-        secret,
-        base64.b64encode(raw).decode(),
-        base64.b64encode(b"\0" + user.encode() + b"\0" + raw).decode(),
-    ]
-
-
-def leaks(secret: str, *texts: str) -> list[str]:
-    return [text[:300] for text in texts if any(form in text for form in forms(secret))]
-
-
-def exception_texts(exc: BaseException) -> list[str]:
-    return [str(exc), repr(exc), "".join(traceback.format_exception(exc))]
-
-
-class ErrorSignals:
-    def __init__(self) -> None:
-        self.payloads: list[str] = []
-
-    def __call__(self, sender: Any, **kwargs: Any) -> None:
-        error = kwargs.get("error")
-        self.payloads += [repr(kwargs), str(error), repr(error), repr(getattr(error, "args", ()))]
-
-
-@pytest.fixture
-def error_signals() -> Iterator[ErrorSignals]:
-    receiver = ErrorSignals()
-    signals.error.connect(receiver, weak=False, dispatch_uid="rel-secrets")
-    yield receiver
-    signals.error.disconnect(dispatch_uid="rel-secrets")
-
-
-def report_text(exc: BaseException) -> str:
-    """Django's error report (the text of a 500 page / an error email) for `exc`, with the current settings."""
-    return ExceptionReporter(None, type(exc), exc, exc.__traceback__).get_traceback_text()
 
 
 # --- the relay password -------------------------------------------------------------------------
@@ -158,7 +117,9 @@ def test_a_relay_password_never_shows(
     }
     get_settings.cache_clear()
     store = OrmStore({"database": "default"})
-    item = store.add(NewItem("sender@origin.test", ("rcpt@corp.test",), b"Subject: hi\r\n\r\nhello\r\n"), now=_now())
+    item = store.add(
+        NewItem("sender@origin.test", ("rcpt@corp.test",), b"Subject: hi\r\n\r\nhello\r\n"), now=aware_now()
+    )
     worker = Worker(store=store, settings=get_settings(), once=True, history=History("default"))
 
     import asyncio
@@ -174,43 +135,6 @@ def test_a_relay_password_never_shows(
     texts += [repr(list(DeliveryRecord.objects.values()))]
     texts += admin_pages(item.id)
     assert leaks(RELAY_PASSWORD, *texts) == []
-
-
-def admin_pages(item_id: object) -> list[str]:
-    """Every admin page of the queue and the history, as a superuser sees them."""
-    user = User.objects.create_superuser("rel-admin", "admin@origin.test", "pw")
-    client = Client()
-    client.force_login(user)
-    pages = []
-    names = [
-        ("admin:django_mailqueue_queueditem_changelist", []),
-        ("admin:django_mailqueue_queueditem_change", [item_id]),
-        ("admin:django_mailqueue_queueditem_overview", []),
-        ("admin:django_mailqueue_deliveryrecord_changelist", []),
-        ("admin:index", []),
-    ]
-    for name, args in names:
-        try:
-            url = reverse(name, args=args)
-        except NoReverseMatch:
-            continue
-        page = client.get(url)
-        assert page.status_code == 200, (name, page.status_code)
-        pages.append(page.content.decode())
-    from django_mailqueue.models import DeliveryRecord
-
-    for record in DeliveryRecord.objects.all()[:3]:
-        page = client.get(reverse("admin:django_mailqueue_deliveryrecord_change", args=[record.pk]))
-        assert page.status_code == 200
-        pages.append(page.content.decode())
-    assert pages, "no admin page rendered"
-    return pages
-
-
-def _now() -> Any:
-    from django_mailqueue.core.clock import SystemClock
-
-    return SystemClock().now()
 
 
 # --- Django's error reports ---------------------------------------------------------------------
@@ -325,7 +249,10 @@ def test_a_redis_url_password_never_shows(
     url = redis_urls(secret_redis)[case]
     store = RedisStore({"url": url, "key_prefix": "rel-secret:", "socket_timeout": 2})
     texts: list[str] = [repr(store), str(store)]
-    for call in (lambda: store.count(), lambda: store.add(NewItem("a@o.test", ("b@d.test",), b"x\r\n"), now=_now())):
+    for call in (
+        lambda: store.count(),
+        lambda: store.add(NewItem("a@o.test", ("b@d.test",), b"x\r\n"), now=aware_now()),
+    ):
         with pytest.raises(QueueError) as failed:
             call()
         assert failed.value.code == "STORE_UNAVAILABLE", failed.value
@@ -408,7 +335,10 @@ def test_sentinel_and_redis_passwords_never_show(
         options["sentinels"] = sentinels
     store = RedisStore(options)
     texts: list[str] = [repr(store), str(store), store.place]
-    for call in (lambda: store.count(), lambda: store.add(NewItem("a@o.test", ("b@d.test",), b"x\r\n"), now=_now())):
+    for call in (
+        lambda: store.count(),
+        lambda: store.add(NewItem("a@o.test", ("b@d.test",), b"x\r\n"), now=aware_now()),
+    ):
         with pytest.raises(QueueError) as failed:
             call()
         assert failed.value.code == "STORE_UNAVAILABLE", failed.value
@@ -498,116 +428,3 @@ def test_a_postgresql_password_never_shows(case: str, secret_postgres: PrivatePo
 
 def test_memory_store_has_nothing_to_hide() -> None:
     assert "PASSWORD" not in repr(MemoryStore().__dict__)
-
-
-# --- a DKIM private key ---------------------------------------------------------------------------
-
-
-def settings_report() -> str:
-    """Django's error report, settings included, raised in a frame that holds no key (its locals are shown)."""
-    try:
-        raise QueueError("STORE_UNAVAILABLE", "something failed")
-    except QueueError as exc:
-        return report_text(exc)
-
-
-def key_lines(pem: str) -> list[str]:
-    """The key's base64 lines (and the forms the queue hands dkimpy): any of them in a text is a leak."""
-    from django_mailqueue.dkim import DkimEntry, load_key
-
-    lines = [line for line in pem.splitlines() if line and not line.startswith("-----")]
-    public = ""
-    for algorithm in ("rsa-sha256", "ed25519-sha256"):
-        try:
-            key = load_key(DkimEntry("origin.test", "origin.test", "s", pem, algorithm))
-        except QueueError:
-            continue
-        public = key.record
-        lines += [line for line in key.dkimpy_key.decode().splitlines() if line and not line.startswith("-----")]
-    # an RSA private key holds its modulus too: a piece the public record (which may be shown) holds is no secret
-    pieces = [line[i : i + 40] for line in lines for i in range(0, len(line) - 39, 20)]
-    return [piece for piece in pieces if piece not in public]
-
-
-def key_leaks(pem: str, *texts: str) -> list[str]:
-    secrets = key_lines(pem)
-    return [text[:300] for text in texts if any(secret in text for secret in secrets)]
-
-
-@pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize("algorithm", ["rsa-sha256", "ed25519-sha256"])
-def test_a_dkim_private_key_never_shows(
-    algorithm: str,
-    smtp_servers: ServerPool,  # noqa: F811
-    settings: Any,
-    caplog: pytest.LogCaptureFixture,
-    error_signals: ErrorSignals,
-) -> None:
-    from django.core.checks import run_checks
-    from django.core.management import call_command
-
-    from django_mailqueue.checks import check_dkim_keys
-    from django_mailqueue.management.commands.mailqueue_dkim_keygen import generate_pem
-
-    caplog.set_level(logging.DEBUG)
-    pem = generate_pem(algorithm).decode()
-    relay = smtp_servers.smtp("127.0.0.2", rcpt_replies={"later@corp.test": "451 4.7.1 Try again later"})
-    settings.MAILQUEUE = {
-        "HOSTNAME": "mq.test.example",
-        "STORE": {"BACKEND": "django_mailqueue.stores.orm.OrmStore", "OPTIONS": {"database": "default"}},
-        "ROUTES": {"*": {"HOST": "127.0.0.2", "PORT": smtp_servers.port, "TLS": "none"}},
-        "DKIM": {"origin.test": {"SELECTOR": "mq1", "PRIVATE_KEY": pem, "ALGORITHM": algorithm}},
-    }
-    get_settings.cache_clear()
-    store = OrmStore({"database": "default"})
-    message = b"From: <sender@origin.test>\r\nTo: <rcpt@corp.test>\r\nSubject: hi\r\n\r\nhello\r\n"
-    item = store.add(NewItem("sender@origin.test", ("rcpt@corp.test", "later@corp.test"), message), now=_now())
-    worker = Worker(store=store, settings=get_settings(), once=True, history=History("default"))
-
-    import asyncio
-
-    stats = asyncio.run(worker.run())
-
-    assert (stats.delivered, stats.deferred) == (1, 1), stats
-    (signed,) = relay.messages
-    assert signed.data.startswith(b"DKIM-Signature:")  # the key was used...
-    kept = store.get(item.id)
-    status = StringIO()
-    call_command("mailqueue_status", stdout=status)
-    call_command("mailqueue_status", "--json", stdout=status)
-    checked = [str(m) for m in run_checks()] + [repr(m) for m in check_dkim_keys()]
-    report = settings_report()
-    texts = [caplog.text, *(r.getMessage() for r in caplog.records), repr(kept), *error_signals.payloads]
-    texts += [repr(get_settings()), status.getvalue(), *checked, report, repr(worker.deliverer.__dict__)]
-    texts += admin_pages(item.id)
-    assert key_lines(pem)
-    assert key_leaks(pem, *texts) == []  # ...and never shown
-
-
-@pytest.mark.parametrize(
-    "damage",
-    ["wrong kind", "cut short", "a file that is not a key"],
-)
-def test_a_bad_dkim_key_is_refused_without_showing_it(damage: str, settings: Any, tmp_path: Path) -> None:
-    from django_mailqueue.checks import check_dkim_keys
-    from django_mailqueue.delivery import Deliverer
-    from django_mailqueue.management.commands.mailqueue_dkim_keygen import generate_pem
-
-    pem = generate_pem("rsa-sha256").decode()
-    if damage == "wrong kind":
-        given, algorithm = pem, "ed25519-sha256"
-    elif damage == "cut short":
-        lines = pem.splitlines()
-        given, algorithm = "\n".join(lines[:8] + lines[-1:]), "rsa-sha256"
-    else:
-        path = tmp_path / "key.pem"
-        path.write_text(pem.replace("PRIVATE KEY", "CERTIFICATE"))
-        given, algorithm = str(path), "rsa-sha256"
-    settings.MAILQUEUE = {"DKIM": {"origin.test": {"SELECTOR": "mq1", "PRIVATE_KEY": given, "ALGORITHM": algorithm}}}
-    get_settings.cache_clear()
-    (error,) = check_dkim_keys()
-    assert error.id == "mailqueue.E023" and "origin.test" in error.msg and "mq1" in error.msg
-    with pytest.raises(QueueError) as raised:
-        Deliverer(get_settings())
-    assert raised.value.code == "INVALID_OPTION"
-    assert key_leaks(pem, error.msg, repr(error), *exception_texts(raised.value), repr(get_settings())) == []
