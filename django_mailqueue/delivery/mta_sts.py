@@ -37,6 +37,9 @@ MAX_POLICY_BYTES = 64 * 1024
 MAX_AGE_LIMIT = 31557600
 #: Seconds a worker keeps a domain's answer (a policy, or none) before it looks at the TXT record again.
 RECHECK = 300.0
+#: Domains whose answer a worker keeps in memory at most: past it, answers older than RECHECK go, then the
+#: oldest (the shared cache still has their policies).
+MAX_KNOWN = 10_000
 #: Seconds for the whole policy fetch (connecting, TLS, the request, the body).
 FETCH_TIMEOUT = 10.0
 
@@ -167,6 +170,8 @@ def fetch_policy_text(domain: str, addresses: Sequence[str], *, port: int = 443,
 class _Known:
     policy: StsPolicy | None
     checked: float
+    #: when the answer stops holding: RECHECK after it was had, or the policy's max_age if that comes first
+    until: float
 
 
 Fetcher = Callable[[str, Sequence[str]], Awaitable[str]]
@@ -200,20 +205,39 @@ class StsPolicies:
     async def policy_for(self, domain: str) -> StsPolicy | None:
         """`domain`'s policy in force, or None; at most one lookup at a time per domain in this worker."""
         known = self._known.get(domain)
-        if known is not None and self._clock() - known.checked < RECHECK:
+        if known is not None and self._clock() < known.until:
             return known.policy
         lock = self._locks.setdefault(domain, asyncio.Lock())
         async with lock:
             known = self._known.get(domain)
-            if known is not None and self._clock() - known.checked < RECHECK:
+            if known is not None and self._clock() < known.until:
                 return known.policy
             try:
                 policy = await self._discover(domain)
             except Exception as exc:  # a bug here must not stop delivery: no policy, said in the log
                 logger.error("MTA-STS lookup for %s failed: %s", domain, type(exc).__name__)
                 policy = None
-            self._known[domain] = _Known(policy, self._clock())
+            self._remember(domain, policy)
             return policy
+
+    def _remember(self, domain: str, policy: StsPolicy | None) -> None:
+        """Keep `domain`'s answer, the table bounded (`MAX_KNOWN`) and in the order answers came."""
+        now = self._clock()
+        self._known.pop(domain, None)
+        if len(self._known) >= MAX_KNOWN:
+            for name in [name for name, known in self._known.items() if known.until <= now]:
+                del self._known[name]
+            while len(self._known) >= MAX_KNOWN:
+                del self._known[next(iter(self._known))]
+            for name in [name for name, lock in self._locks.items() if name not in self._known and not lock.locked()]:
+                del self._locks[name]
+        until = now + (RECHECK if policy is None else min(RECHECK, max(1, policy.max_age)))
+        self._known[domain] = _Known(policy, now, until)
+
+    @property
+    def known(self) -> int:
+        """How many domains' answers this worker keeps in memory."""
+        return len(self._known)
 
     async def _discover(self, domain: str) -> StsPolicy | None:
         cached = await self._cached(domain)

@@ -21,8 +21,8 @@ from django.core.cache import cache
 from django_mailqueue.conf import load_settings
 from django_mailqueue.core.clock import SystemClock
 from django_mailqueue.core.items import NewItem
-from django_mailqueue.delivery import Deliverer
-from django_mailqueue.delivery.mta_sts import StsPolicies, parse_policy, parse_txt
+from django_mailqueue.delivery import Deliverer, mta_sts
+from django_mailqueue.delivery.mta_sts import StsPolicies, StsPolicy, parse_policy, parse_txt
 from django_mailqueue.stores.memory import MemoryStore
 from django_mailqueue.worker import Worker
 from django_mailqueue.worker.engine import WorkerStats
@@ -149,6 +149,43 @@ def test_the_policy_is_fetched_once_for_many_messages_and_workers(
     assert policy_server.requests == ["mta-sts.sts.test"]
     assert first._sts is not None and second._sts is not None
     assert (first._sts.fetches, second._sts.fetches) == (1, 0)
+
+
+def test_a_workers_table_of_policies_is_bounded_and_a_policy_goes_at_its_max_age(
+    mail_world: MailWorld, policy_server: PolicyServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(mta_sts, "MAX_KNOWN", 3)
+    now = [1_000_000.0]
+    settings = load_settings(mail_world.mailqueue({"BACKEND": "django_mailqueue.stores.memory.MemoryStore"}))
+    policies = StsPolicies(settings.dns, https_port=policy_server.port, clock=lambda: now[0])
+
+    def policy(domain: str) -> StsPolicy | None:
+        return asyncio.run(policies.policy_for(domain))
+
+    for domain in ("none1.test", "none2.test"):  # no TXT record: no policy, an answer kept all the same
+        assert policy(domain) is None
+    now[0] += mta_sts.RECHECK / 2
+    enforce = policy("sts.test")
+    assert enforce is not None and enforce.mode == "enforce" and policies.known == 3
+    now[0] += mta_sts.RECHECK / 2 + 1  # none1 and none2 are past rechecking, sts.test not: they go first
+    assert policy("none3.test") is None and policies.known == 2
+    assert policy("none4.test") is None and policies.known == 3
+    assert policy("none5.test") is None and policies.known == 3  # full: the oldest (sts.test) went
+    assert policy("sts.test") == enforce and policies.fetches == 1  # again from the shared cache, not fetched
+
+    # a policy whose max_age is shorter than RECHECK goes at its max_age, in memory as in the shared cache
+    policy_server.policies["mta-sts.sts.test"] = ENFORCE.replace("max_age: 86400", "max_age: 60")
+    mail_world.dns.nxdomain("_mta-sts.sts.test").add("_mta-sts.sts.test", "TXT", '"v=STSv1; id=20261201T2"')
+    now[0] += mta_sts.RECHECK + 1
+    short = policy("sts.test")
+    assert short is not None and (short.id, short.max_age, policies.fetches) == ("20261201T2", 60, 2)
+    now[0] += 30
+    assert policy("sts.test") == short and policies.fetches == 2
+    policy_server.policies["mta-sts.sts.test"] = ENFORCE
+    mail_world.dns.nxdomain("_mta-sts.sts.test").add("_mta-sts.sts.test", "TXT", '"v=STSv1; id=20261201T3"')
+    now[0] += 31
+    renewed = policy("sts.test")
+    assert renewed is not None and (renewed.id, renewed.max_age, policies.fetches) == ("20261201T3", 86400, 3)
 
 
 @pytest.mark.parametrize("how", ["nothing listens", "a redirect", "no TXT record"])
