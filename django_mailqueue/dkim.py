@@ -13,13 +13,14 @@ import email.utils
 import logging
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from . import dkimpy_adapter
 from .core.errors import QueueSettingsError
+from .dkimpy_adapter import PendingSignature
 from .validation import InvalidValueError
 
 logger = logging.getLogger("django_mailqueue.dkim")
@@ -55,6 +56,8 @@ _SELECTOR = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_-]{0,62})(?:\.[A-Za-z0-9](?:[
 _FIELD_NAME = re.compile(r"^[!-9;-~]+$")
 #: a header line's name (group 1), at the start of the block or after a CRLF that is not a continuation
 _FIELD = re.compile(rb"^([!-9;-~]+)[ \t]*:", re.MULTILINE)
+#: From field values whose domain a signer remembers (then it starts over)
+_FROM_CACHE_SIZE = 1024
 
 
 class DkimKeyError(QueueSettingsError):
@@ -246,12 +249,16 @@ def zone_line(key: SigningKey) -> str:
 
 def from_domain(normalized: bytes) -> str | None:
     """The domain of the (first) From address of a CRLF-normalised message, lowercase A-label; None if none."""
-    from .delivery.addresses import domain_to_ascii
     from .delivery.wire import header_section
 
     value = _field_value(header_section(normalized), b"from")
-    if value is None:
-        return None
+    return None if value is None else _address_domain(value)
+
+
+def _address_domain(value: bytes) -> str | None:
+    """The domain of the first address in a From field's value, lowercase A-label; None if none."""
+    from .delivery.addresses import domain_to_ascii
+
     text = re.sub(r"\r\n[ \t]", " ", value.decode("utf-8", "surrogateescape"))
     for _name, address in email.utils.getaddresses([text]):
         if "@" in address:
@@ -293,6 +300,7 @@ class DkimSigner:
             logger.warning("DKIM: %s: dkimpy signs alone, its RSA in pure Python (~8 ms a message)", lacking)
         #: the private-key operation through cryptography (dkimpy_adapter)
         self.fast = lacking is None
+        self._from_domains: dict[bytes, str | None] = {}
 
     @classmethod
     def from_settings(cls, entries: Mapping[str, DkimEntry]) -> DkimSigner | None:
@@ -300,6 +308,18 @@ class DkimSigner:
         if not entries:
             return None
         return cls({name: load_key(entry) for name, entry in entries.items()})
+
+    def _domain_of(self, from_value: bytes) -> str | None:
+        """`_address_domain`, remembered: a worker's mail comes from a few From fields, and parsing one with
+        `email.utils` costs more than the rest of the look-up."""
+        try:
+            return self._from_domains[from_value]
+        except KeyError:
+            pass
+        if len(self._from_domains) >= _FROM_CACHE_SIZE:
+            self._from_domains.clear()
+        domain = self._from_domains[from_value] = _address_domain(from_value)
+        return domain
 
     def key_for(self, domain: str | None) -> SigningKey | None:
         if domain is None:
@@ -313,21 +333,30 @@ class DkimSigner:
     def signature(self, normalized: bytes) -> bytes:
         """The DKIM-Signature field (from its name to its CRLF) for a CRLF-normalised message; b"" when it is
         not signed."""
-        key = self.key_for(from_domain(normalized))
-        if key is None:
-            return b""
+        pending = self.prepare(normalized)
+        return pending if isinstance(pending, bytes) else self.finish(pending, pending.private_key_operation)
+
+    def prepare(self, normalized: bytes) -> bytes | PendingSignature:
+        """The signature's first step (on a worker, on its event loop): a `PendingSignature` whose private-key
+        operation is still to do (`finish`), or the whole field when there is no such step to part (dkimpy
+        signing alone), or b"" when the message is not signed."""
         from .delivery.wire import header_section
 
+        headers = header_section(normalized)
+        value = _field_value(headers, b"from")
+        key = self.key_for(None if value is None else self._domain_of(value))
+        if key is None:
+            return b""
         entry = key.entry
         wanted = set(entry.headers or DEFAULT_HEADERS)
-        present = [name for name in _present_fields(header_section(normalized)) if name.decode("ascii") in wanted]
+        present = [name for name in _present_fields(headers) if name.decode("ascii") in wanted]
         include = [*present, b"from"]  # From once more than it occurs: none can be added
         selector, domain, algorithm = (
             value.encode("ascii") for value in (entry.selector, entry.domain, entry.algorithm)
         )
         try:
             if self.fast and key.private_key is not None:
-                return dkimpy_adapter.sign(
+                return dkimpy_adapter.prepare(
                     normalized,
                     selector=selector,
                     domain=domain,
@@ -335,6 +364,7 @@ class DkimSigner:
                     include_headers=include,
                     private_key=key.private_key,
                     now=int(time.time()),
+                    signer=entry.describe(),
                 )
             signed = self._sign(
                 normalized,
@@ -347,11 +377,23 @@ class DkimSigner:
                 linesep=b"\r\n",
             )
         except Exception as exc:  # a message dkimpy cannot sign still goes, unsigned
-            logger.warning(
-                "DKIM: %s could not sign a message (%s); it goes unsigned", entry.describe(), type(exc).__name__
-            )
+            _unsigned(entry.describe(), exc)
             return b""
         return bytes(signed)
+
+    @staticmethod
+    def finish(pending: PendingSignature, signature: Callable[[], bytes] | bytes) -> bytes:
+        """The field of a `prepare`d signature, given its private-key operation's result (or the operation, to
+        run here); b"" (logged) when the operation failed."""
+        try:
+            return pending.field(signature() if callable(signature) else signature)
+        except Exception as exc:  # the message still goes, unsigned
+            _unsigned(pending.signer, exc)
+            return b""
+
+
+def _unsigned(signer: str, exc: Exception) -> None:
+    logger.warning("DKIM: %s could not sign a message (%s); it goes unsigned", signer, type(exc).__name__)
 
 
 __all__ = [
@@ -360,6 +402,7 @@ __all__ = [
     "DkimEntry",
     "DkimKeyError",
     "DkimSigner",
+    "PendingSignature",
     "SigningKey",
     "from_domain",
     "load_key",

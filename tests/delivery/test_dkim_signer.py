@@ -69,6 +69,60 @@ def test_an_rsa_signature_verifies_with_mail_dkim_and_one_changed_body_byte_fail
     assert mail_dkim_result(changed, dns_server.port).startswith("fail\nfail (body has been altered)")
 
 
+_HEAD = b"From: A <a@origin.test>\r\nTo: b@dest.test\r\nSubject: s\r\nMIME-Version: 1.0\r\n"
+#: what the adapter's shortcuts (a body or header value with no tab, no two spaces, no space before a line end
+#: is its own relaxed form) and its header-only parse must get right: each on either side of them
+EDGES = {
+    "wsp-in-body": _HEAD + b"\r\na  b\tc \r\n\t lead\r\nend\t\r\n",
+    "one-space-before-a-line-end": _HEAD + b"\r\nplain words \r\nmore\r\n",
+    "empty-lines-at-the-end": _HEAD + b"\r\nbody\r\n\r\n\r\n\r\n",
+    "only-empty-lines": _HEAD + b"\r\n\r\n\r\n",
+    "empty-body": _HEAD + b"\r\n",
+    "no-empty-line": _HEAD,
+    "no-final-crlf": _HEAD + b"\r\nlast line",
+    "a-lone-space-line": _HEAD + b"\r\nx\r\n \r\n",
+    "folded-and-spaced-headers": (
+        b"From:  A  <a@origin.test>  \r\nSubject: a\r\n\tfolded\r\n  twice \t \r\nTo:b@dest.test\r\n"
+        b"Cc: c@dest.test,\r\n d@dest.test\r\n\r\nbody\r\n"
+    ),
+    "repeated-fields": _HEAD + b"From: x@origin.test\r\nSubject: second\r\n\r\nbody\r\n",
+    "mbox-from-line": b"From a@origin.test Tue Dec  1 10:00:00 2026\r\n" + _HEAD + b"\r\nbody\r\n",
+    "bare-cr-in-a-line": _HEAD + b"\r\na\rb \r\r\n",
+    "bare-lf": b"From: a@origin.test\nSubject: s  t\n\nbody  x \n\n",
+    "crlf-in-the-body-only": _HEAD.replace(b"\r\n", b"\n") + b"\r\n\r\nbody\r\n",
+}
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("kind", sorted(EDGES))
+def test_the_signature_is_dkimpys_own_byte_for_byte_at_the_edges(
+    kind: str, algorithm: str, dns_server: DnsServer, tmp_path: Path
+) -> None:
+    fast, alone = signers(dns_server, tmp_path, algorithm)
+    with mock.patch.object(dkim.time, "time", return_value=WHEN):
+        ours, dkimpys = fast.sign(EDGES[kind]), alone.sign(EDGES[kind])
+    assert ours.startswith(b"DKIM-Signature: v=1; a=" + algorithm.encode())
+    assert ours == dkimpys
+    if b"\n" not in EDGES[kind].replace(b"\r\n", b""):  # dkimpy's verifier reads CRLF messages
+        assert verifies(ours, dns_server)
+
+
+def test_a_failed_private_key_operation_sends_the_message_unsigned(
+    dns_server: DnsServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    fast = signers(dns_server, tmp_path, "rsa-sha256")[0]
+    pending = fast.prepare(message("7bit"))
+    assert isinstance(pending, dkimpy_adapter.PendingSignature) and len(pending.digest) == 32
+
+    def fails() -> bytes:
+        raise ValueError("an OpenSSL error")
+
+    with caplog.at_level(logging.WARNING, logger="django_mailqueue.dkim"):
+        assert fast.finish(pending, fails) == b""
+    assert "could not sign a message (ValueError); it goes unsigned" in caplog.text
+    assert "PRIVATE" not in caplog.text
+
+
 def test_without_what_the_adapter_needs_dkimpy_signs_alone_and_says_so(
     dns_server: DnsServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

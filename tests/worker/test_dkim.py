@@ -6,8 +6,10 @@ and one changed body byte breaks the signature.
 
 from __future__ import annotations
 
+import threading
 from io import StringIO
 from pathlib import Path
+from unittest import mock
 
 import dkim
 import dns.resolver
@@ -18,7 +20,7 @@ from django.test import override_settings
 
 from django_mailqueue.core.clock import SystemClock
 from django_mailqueue.core.items import NewItem
-from django_mailqueue.dkim import DkimEntry, load_key, txt_record_strings
+from django_mailqueue.dkim import DkimEntry, PendingSignature, load_key, txt_record_strings
 from django_mailqueue.management.commands.mailqueue_dkim_keygen import generate_pem
 from django_mailqueue.stores import get_store
 from tests.support.dns_server import DnsServer
@@ -100,9 +102,22 @@ def test_delivered_mail_verifies_and_a_changed_body_byte_does_not(
     kind: str, algorithm: str, mail_world: MailWorld, tmp_path: Path, received: SignalRecorder
 ) -> None:
     entry = publish(mail_world.dns, tmp_path, "origin.test", "mq1", algorithm)
-    with override_settings(MAILQUEUE=mail_world.mailqueue(MEMORY, DKIM={"origin.test": entry})):
+    threads: list[str] = []
+    operation = PendingSignature.private_key_operation
+
+    def recorded(pending: PendingSignature) -> bytes:
+        threads.append(threading.current_thread().name)
+        return operation(pending)
+
+    with (
+        override_settings(MAILQUEUE=mail_world.mailqueue(MEMORY, DKIM={"origin.test": entry})),
+        mock.patch.object(PendingSignature, "private_key_operation", recorded),
+    ):
         assert MESSAGES[kind]().send() == 1
         assert "2 delivered" in work_once()
+    # RSA's operation (OpenSSL, the GIL released) in the signing thread, off the event loop; Ed25519's on it
+    (thread,) = threads
+    assert thread.startswith("mailqueue-dkim") == (algorithm == "rsa-sha256")
     (message,) = mail_world.mx.messages
     assert message.data.startswith(b"DKIM-Signature:")
     tags = signature_tags(message.data)
