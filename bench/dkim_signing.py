@@ -1,0 +1,105 @@
+"""DKIM signing costs, one 2 kB bench message: `python -m bench.dkim_signing` (not part of `make bench`).
+
+Prints, for RSA-2048 and Ed25519: the CPU of the worker's event-loop share of a
+signature (`DkimSigner.prepare` + `finish`'s folding) and of the private-key
+operation; the operation's wall time per signature with 1 and 2 threads signing
+at once (2 threads twice as fast = the operation runs without the GIL, on two
+cores); and whether a thread signing holds the GIL (with a long switch
+interval a thread that keeps the GIL starves the main thread of it).
+Read the wall times only on a quiet machine (the load average is printed).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+
+import django
+
+SIZE = 2000
+
+
+def cpu_per_call(f: Callable[[], object], n: int) -> float:
+    start = time.process_time()
+    for _ in range(n):
+        f()
+    return (time.process_time() - start) / n
+
+
+def wall_per_call(f: Callable[[], object], n: int, threads: int) -> float:
+    def work() -> None:
+        for _ in range(n // threads):
+            f()
+
+    workers = [threading.Thread(target=work) for _ in range(threads)]
+    start = time.perf_counter()
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    return (time.perf_counter() - start) / n
+
+
+def holds_gil(f: Callable[[], object], sleeps: int = 5, interval: float = 0.5) -> bool:
+    """Whether `f`, called in a loop by another thread, keeps the main thread from the GIL: with a switch
+    interval of `interval` s, `sleeps` short sleeps then take ~sleeps × interval instead of milliseconds."""
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(interval)
+    stop = threading.Event()
+
+    def spin() -> None:
+        while not stop.is_set():
+            f()
+
+    thread = threading.Thread(target=spin)
+    try:
+        thread.start()
+        time.sleep(0.01)
+        start = time.perf_counter()
+        for _ in range(sleeps):
+            time.sleep(0.0005)
+        took = time.perf_counter() - start
+    finally:
+        stop.set()
+        thread.join()
+        sys.setswitchinterval(old)
+    return took > sleeps * interval / 2
+
+
+def main() -> None:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
+    django.setup()
+    from django.core.mail import EmailMessage
+
+    from bench.driver import SENDER, body_for
+    from django_mailqueue.delivery.wire import normalize_line_endings
+    from django_mailqueue.dkim import DkimEntry, DkimSigner, PendingSignature, load_key
+    from django_mailqueue.management.commands.mailqueue_dkim_keygen import generate_pem
+
+    message = EmailMessage("bench 00001", body_for(SIZE), SENDER, ["rcpt00001@example.net"]).message()
+    normalized = normalize_line_endings(message.as_bytes())
+    print(f"load average {os.getloadavg()[0]:.2f}, {os.cpu_count()} CPUs, a {len(normalized):,}-byte message")
+    print(f"pure-Python loop holds the GIL (the check's control): {holds_gil(lambda: sum(range(300)))}")
+    for algorithm, n in (("rsa-sha256", 2000), ("ed25519-sha256", 20000)):
+        entry = DkimEntry("*", "bench.example", "bench", generate_pem(algorithm).decode(), algorithm)
+        signer = DkimSigner({"*": load_key(entry)})
+        pending = signer.prepare(normalized)
+        assert isinstance(pending, PendingSignature)
+        signature = pending.private_key_operation()
+        prepare = functools.partial(signer.prepare, normalized)
+        loop = cpu_per_call(prepare, n) + cpu_per_call(functools.partial(pending.field, signature), n)
+        operation = pending.private_key_operation
+        one, two = wall_per_call(operation, n, 1), wall_per_call(operation, n, 2)
+        print(
+            f"{algorithm}: loop's share {1000 * loop:.3f} ms CPU, key operation {1000 * cpu_per_call(operation, n):.3f}"
+            f" ms CPU; wall per signature 1 thread {1000 * one:.3f} ms, 2 threads {1000 * two:.3f} ms"
+            f" ({one / two:.2f}× the throughput); the operation holds the GIL: {holds_gil(operation)}"
+        )
+
+
+if __name__ == "__main__":
+    main()
