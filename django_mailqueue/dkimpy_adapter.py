@@ -124,30 +124,6 @@ def prepare(
     return PendingSignature(algorithm, digest, tags, private_key, signer)
 
 
-def sign(
-    message: bytes,
-    *,
-    selector: bytes,
-    domain: bytes,
-    algorithm: bytes,
-    include_headers: Sequence[bytes],
-    private_key: Any,
-    now: int,
-) -> bytes:
-    """The DKIM-Signature field (from its name to its CRLF) of a CRLF message: `prepare`, then the private-key
-    operation here."""
-    pending = prepare(
-        message,
-        selector=selector,
-        domain=domain,
-        algorithm=algorithm,
-        include_headers=include_headers,
-        private_key=private_key,
-        now=now,
-    )
-    return pending.field(pending.private_key_operation())
-
-
 def _parse(message: bytes) -> tuple[list[list[bytes]], bytes]:
     """`dkim.rfc822_parse(message)`; for a message without a bare LF (the worker's), its parser run over the
     header section only (its line split over such a body gives the body back unchanged)."""
