@@ -6,11 +6,14 @@ from __future__ import annotations
 import abc
 import builtins
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
+from datetime import datetime
 from typing import Any, TypeVar
 
 from ..core.clock import to_micros
-from ..core.items import ItemOrder, ItemQuery, QueueItem, matches
+from ..core.items import ItemOrder, ItemQuery, ItemState, QueueItem, matches
+from ..core.status import QueueSummary
 from . import redis_scripts as scripts
 from .base import OVERVIEW_QUEUES, QueueStore
 from .inputs import check_order
@@ -166,6 +169,21 @@ class RedisReading(QueueStore):
             return [name for name, held in zip(names, pipe.execute(), strict=True) if held][:limit]
 
         return self._do(work)
+
+    def _overview_counts(self, summary: QueueSummary, *, now: datetime, bound: int) -> None:
+        """overview.lua: every state's count, of the queue and of each queue, in one step (the leases read once)."""
+        names = self.queues()
+        args: builtins.list[scripts.Arg] = [self.key_prefix, str(to_micros(now)), *names]
+        keys = [self.keys.items, self.keys.leases, self.keys.tried]
+        scopes = self._do(lambda client: scripts.OVERVIEW.run(client, keys, args))
+        order = (ItemState.DUE, ItemState.SCHEDULED, ItemState.DEFERRED, ItemState.LEASED)
+
+        def bounded(counts: Any) -> Counter[str]:
+            return Counter({state.value: min(int(n), bound + 1) for state, n in zip(order, counts, strict=True)})
+
+        summary.by_state = bounded(scopes[0])
+        summary.total = min(sum(int(n) for n in scopes[0]), bound + 1)
+        summary.by_queue = {name: bounded(counts) for name, counts in zip(names, scopes[1:], strict=True)}
 
     def _candidates(
         self, query: ItemQuery, size: int | None = None, *, reverse: bool = False

@@ -183,6 +183,7 @@ CLEAR_SUSPENSION = LuaScript("clear_suspension")
 DEFER_DESTINATION = LuaScript("defer_destination", uses=["store_items"])
 SUPPRESSION = LuaScript("suppression", uses=["store_suppressions"], wrote=lambda reply: int(reply) > 0)
 SELECT = LuaScript("select")
+OVERVIEW = LuaScript("overview")
 
 ALL = (
     SCHEMA,
@@ -200,4 +201,5 @@ ALL = (
     DEFER_DESTINATION,
     SUPPRESSION,
     SELECT,
+    OVERVIEW,
 )

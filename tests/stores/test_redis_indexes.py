@@ -113,6 +113,36 @@ def test_every_filter_lists_and_counts_what_matches_says_in_the_list_order(store
         ], label
 
 
+def test_the_overview_counts_each_state_in_one_script_as_matches_says(
+    store: RedisStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """overview.lua: every state of the queue and of each queue, leases read once, as `matches` counts them."""
+    from django_mailqueue.stores import redis_scripts
+
+    churn(store)
+    everything = store.list(limit=1000)
+    ran: list[str] = []
+    for script in (redis_scripts.SELECT, redis_scripts.OVERVIEW):
+        original = script.run
+
+        def recording(client: object, keys: object, args: list[object], _run=original, _name=script.name) -> object:
+            ran.append(_name)
+            return _run(client, keys, args)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(script, "run", recording)
+    for when in (at(0), at(20), at(35), at(100)):
+        ran.clear()
+        summary = store.overview(now=when, bound=1000)
+        assert ran.count("overview") == 1 and ran.count("select") == 2  # the counts; then the deferred, the oldest
+        for state in ItemState:
+            assert summary.by_state[state.value] == sum(1 for i in everything if i.state_at(when) is state)
+            for queue in store.queues():
+                expected = sum(1 for i in everything if i.queue == queue and i.state_at(when) is state)
+                assert summary.by_queue[queue][state.value] == expected, (when, state, queue)
+        assert summary.total == len(everything)
+        assert store.overview(now=when, bound=1).total == 2
+
+
 def test_the_indexes_hold_each_item_and_nothing_else(store: RedisStore, redis_url: str) -> None:
     churn(store)
     keys = Keys(store.key_prefix)
