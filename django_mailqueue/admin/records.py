@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
 from django.contrib.admin.views.main import ERROR_FLAG, PAGE_VAR, ChangeList
-from django.core.paginator import Paginator
+from django.core.paginator import Page, Paginator
 from django.db.models import Field, QuerySet
 from django.http import HttpRequest
 from django.urls import URLPattern, reverse
@@ -38,7 +38,9 @@ else:  # ModelAdmin and Paginator are generic only in django-stubs
 
 
 class BoundedPaginator(_Paginator):
-    """Counts the records only up to `bound` (a `COUNT` over a `LIMIT`ed subquery): `more` past it."""
+    """Counts the records only up to `bound` (a `COUNT` over a `LIMIT`ed subquery): `more` past it.
+    A page's records are read by their keys: the keys of the page first (`OFFSET` over an index on the list's
+    order, read alone), then those rows — never the rows of every page before it."""
 
     def __init__(self, object_list: Any, per_page: int, *, bound: int, **kwargs: Any) -> None:
         super().__init__(object_list, per_page, **kwargs)
@@ -47,7 +49,17 @@ class BoundedPaginator(_Paginator):
     @cached_property
     def count(self) -> int:
         records: QuerySet[DeliveryRecord] = self.object_list  # type: ignore[assignment]
-        return records[: self.bound + 1].count()
+        return records[: self.bound + 1].count()  # in the list's order: its index read alone
+
+    def page(self, number: Any) -> Page[DeliveryRecord]:
+        number = self.validate_number(number)
+        bottom = (number - 1) * self.per_page
+        top = bottom + self.per_page
+        if top + self.orphans >= self.count:
+            top = self.count
+        records: QuerySet[DeliveryRecord] = self.object_list  # type: ignore[assignment]
+        keys = list(records.values_list("pk", flat=True)[bottom:top])  # a list: MySQL has no LIMIT in an IN
+        return Page(records.filter(pk__in=keys), number, self)
 
     @property
     def more(self) -> bool:
