@@ -42,8 +42,10 @@ def test_the_list_shows_its_total_and_each_states(operator_client: Client, queue
     if store.bounded_counts:  # per-state totals only where a count reads an index
         for state, count in (("due", 5), ("scheduled", 2), ("deferred", 2), ("leased", 1)):
             assert f'id="mq-state-total-{state}">({count})<' in html
-        assert 'of <span id="mq-total">3</span>' in get(operator_client, "?domain=example.org")
-        assert 'id="mq-state-total-due">(3)<' in get(operator_client, "?domain=example.org")
+        by_domain = get(operator_client, "?domain=example.org")
+        # a domain's total, but none per state (a count of a domain and a state joins items and recipients)
+        assert 'of <span id="mq-total">3</span>' in by_domain and "mq-state-total" not in by_domain
+        assert 'id="mq-total"' not in get(operator_client, "?domain=example.org&state=due")
     else:
         assert "mq-state-total" not in html and 'id="mq-total"' not in get(operator_client, "?state=due")
 

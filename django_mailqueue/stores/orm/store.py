@@ -462,10 +462,16 @@ class OrmStore(QueueStore):
             rows = self._query(query)
             if limit is None:
                 return rows.count()
-            if query is not None and query.state in _RANGES and query.domain is None and not query.search:
+            if (
+                query is not None
+                and query.domain is None
+                and not query.search
+                and (query.state in _RANGES or (query.state is ItemState.DEFERRED and query.queue is None))
+            ):
                 # in the list's order, so the database reads the due (or the queue's) index from its range's start
-                # up to `limit` entries: unordered it may scan the table from its start, and items added in time
-                # order keep the scheduled ones at its end
+                # up to `limit` entries, or the deferred one (a queue's deferred items: its partial index, in any
+                # order): unordered it may scan the table from its start, and items added in time order keep the
+                # scheduled ones at its end
                 rows = rows.order_by("next_attempt", "seq")
             # sliced, Django counts a LIMITed subquery: the database stops at `limit` rows
             return rows[:limit].count()
