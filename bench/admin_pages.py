@@ -4,7 +4,7 @@ On PostgreSQL each page's queries are captured and `EXPLAIN (ANALYZE, BUFFERS)`-
 table is flagged); on Redis each page's commands are counted (`INFO commandstats`, the scripts' own included).
 
     python -m bench.admin_pages postgres --pg-name mq_bench_admin1m
-    python -m bench.admin_pages redis --redis-url redis://127.0.0.1:6391/0 --pg-name mq_bench_admin1m
+    python -m bench.admin_pages redis --redis-url redis://127.0.0.1:6391/0 --prefix mqb: --pg-name mq_bench_admin1m
     python -m bench.admin_pages sqlite --sqlite-path /tmp/mq_bench.sqlite3
 """
 
@@ -26,6 +26,8 @@ from bench.admin_seed import PROBE_ITEM, RARE_DOMAIN, RARE_WORD, _django, item_i
 BIG_TABLES = re.compile(r"Seq Scan on (mailqueue_item|mailqueue_recipient|mailqueue_message|mailqueue_history)\b")
 SQLITE_SCANS = re.compile(r"^SCAN (mailqueue_item|mailqueue_recipient|mailqueue_message|mailqueue_history)\b", re.M)
 QUEUE = "/admin/django_mailqueue/queueditem/"
+#: The issue's goal for every page, server-side.
+GOAL_MS = 200
 #: A page slower than this is run once, not measured `--repeats` times.
 SLOW_MS = 5_000
 HISTORY = "/admin/django_mailqueue/deliveryrecord/"
@@ -60,7 +62,7 @@ def pages(probe_address: str, probe_id: object) -> list[tuple[str, str, dict[str
     ]
 
 
-def measure(store_kind: str, repeats: int, redis_url: str) -> list[dict[str, Any]]:
+def measure(store_kind: str, repeats: int, redis_url: str, only: str = "") -> list[dict[str, Any]]:
     from django.contrib.auth.models import User
     from django.db import connection
     from django.test import Client
@@ -82,6 +84,8 @@ def measure(store_kind: str, repeats: int, redis_url: str) -> list[dict[str, Any
         redis_client = redis.Redis.from_url(redis_url)
     results = []
     for label, path, query in pages(probe.recipients[0].address, probe.id):
+        if only and only not in label:
+            continue
         started = time.perf_counter()
         first = client.get(path, query)
         warm = (time.perf_counter() - started) * 1000
@@ -188,6 +192,27 @@ def explain(connection: Any, queries: list[str]) -> tuple[list[dict[str, str]], 
     return plans, sorted(set(scans)), round(executing, 1), blocks
 
 
+def table(store_kind: str, results: list[dict[str, Any]]) -> str:
+    """The results as a Markdown table (docs/performance.md's): each page's median, its server-side time, what it
+    read (PostgreSQL blocks or Redis commands), the full scans found, the load average it was measured at."""
+    work = "Redis commands" if store_kind == "redis" else "blocks"
+    lines = [
+        f"| page ({store_kind}) | median ms | cpu+db ms | queries | {work} | full scans | load |",
+        "| --- | ---: | ---: | ---: | ---: | --- | ---: |",
+    ]
+    for r in results:
+        read = r.get("redis_commands") if store_kind == "redis" else r.get("blocks")
+        lines.append(
+            f"| {r['page']} | {r['median_ms']:,.1f} | {r['cpu_db_ms'] if r.get('cpu_db_ms') is not None else '–'} "
+            f"| {r.get('sql_queries', '–')} | {read if read is not None else '–'} "
+            f"| {', '.join(r['seq_scans']) or 'none'} | {r['load']:.1f} |"
+        )
+    over = [r["page"] for r in results if r["median_ms"] > GOAL_MS]
+    lines.append(f"\n{len(results) - len(over)} of {len(results)} pages within {GOAL_MS} ms" + (
+        f"; over: {', '.join(over)}" if over else ""))  # fmt: skip
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("store", choices=["postgres", "redis", "sqlite"])
@@ -195,20 +220,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pg-name", default="mq_bench_admin")
     parser.add_argument("--pg-port", type=int, default=5432)
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
+    parser.add_argument("--prefix", default="mqb:", help="the Redis key prefix the seed wrote under")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--out", default="bench/.work/admin_pages.json")
+    parser.add_argument("--only", default="", help="measure only the pages whose label holds this text")
     args = parser.parse_args(argv)
     if args.store == "sqlite":
         _django("sqlite", "", 0, sqlite_path=args.sqlite_path)
     else:
+        os.environ["BENCH_REDIS_PREFIX"] = args.prefix
         _django("postgres", args.pg_name, args.pg_port, "orm" if args.store == "postgres" else "redis", args.redis_url)
     started = time.time()
-    results = measure(args.store, args.repeats, args.redis_url)
+    results = measure(args.store, args.repeats, args.redis_url, args.only)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     previous = json.loads(out.read_text()) if out.exists() else {}
     previous[args.store] = {"started": started, "results": results}
     out.write_text(json.dumps(previous, indent=1))
+    print(table(args.store, results))
     print(f"written to {out}")
     return 0
 

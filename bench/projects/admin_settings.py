@@ -42,7 +42,7 @@ STATIC_URL = "/static/"
 if os.environ.get("BENCH_STORE", "orm") == "redis":
     STORE = {
         "BACKEND": "django_mailqueue.stores.redis.RedisStore",
-        "OPTIONS": {"url": os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0"), "key_prefix": "mqb:"},
+        "OPTIONS": {"url": os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0"), "key_prefix": os.environ.get("BENCH_REDIS_PREFIX", "mqb:")},
     }
 else:
     STORE = {"BACKEND": "django_mailqueue.stores.orm.OrmStore", "OPTIONS": {}}
