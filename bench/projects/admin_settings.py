@@ -1,5 +1,5 @@
 """The admin under benchmark (`bench/admin_pages.py`): the ORM store on BENCH_DB (PostgreSQL), or the Redis
-store (BENCH_STORE=redis, BENCH_REDIS_URL) with the history on BENCH_DB."""
+store (BENCH_STORE=redis, BENCH_REDIS_URL, BENCH_REDIS_PREFIX) with the history on BENCH_DB."""
 
 from __future__ import annotations
 
@@ -42,7 +42,10 @@ STATIC_URL = "/static/"
 if os.environ.get("BENCH_STORE", "orm") == "redis":
     STORE = {
         "BACKEND": "django_mailqueue.stores.redis.RedisStore",
-        "OPTIONS": {"url": os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0"), "key_prefix": os.environ.get("BENCH_REDIS_PREFIX", "mqb:")},
+        "OPTIONS": {
+            "url": os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0"),
+            "key_prefix": os.environ.get("BENCH_REDIS_PREFIX", "mqb:"),
+        },
     }
 else:
     STORE = {"BACKEND": "django_mailqueue.stores.orm.OrmStore", "OPTIONS": {}}
