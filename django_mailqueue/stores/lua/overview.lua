@@ -15,9 +15,10 @@ local prefix, now_s = ARGV[1], ARGV[2]
 local now = tonumber(now_s)
 
 -- The items leased now: {queue, tried, due} each (a lease past its time is not one: the item is in the
--- state its attempts and next attempt say).
+-- state its attempts and next attempt say). A lease's score is the later of its expiry and the next attempt
+-- (claim.lua), so only those scored after now may be held.
 local held = {}
-for _, member in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
+for _, member in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '(' .. now_s, '+inf')) do
   local f = redis.call('HMGET', prefix .. 'item:' .. string.sub(member, 18), 'queue', 'owner', 'expires',
                        'attempts', 'next')
   if f[1] and f[2] and f[3] and tonumber(f[3]) > now then
