@@ -37,7 +37,7 @@ from django_mailqueue.core.clock import SystemClock
 from django_mailqueue.core.errors import QueueError
 from django_mailqueue.stores.redis import RedisStore
 from tests.reliability import plan
-from tests.reliability.harness import ROOT, RelWorker, _run
+from tests.reliability.runs import ROOT, RelWorker, run_command
 from tests.support.faulty_smtp import message_id_of
 from tests.support.redis_sentinel import SentinelSetup
 from tests.support.smtp_server import SmtpServer
@@ -156,7 +156,7 @@ def run_failover(config: FailoverConfig) -> FailoverReport:
         }
         for name in ("MAILQUEUE_REL_SIGNAL_LOG", "MAILQUEUE_REL_PG_URL", "MAILQUEUE_REL_DEFAULT_URL"):
             env.pop(name, None)
-        _run([sys.executable, "-m", "django", "migrate", "-v", "0"], env, 300)
+        run_command([sys.executable, "-m", "django", "migrate", "-v", "0"], env, 300)
         workers = [RelWorker(f"w{n}", mailqueue, env, directory) for n in range(config.workers)]
         sender = _Sender(options, config.messages, config.pace)
         sender.start()

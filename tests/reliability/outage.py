@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.reliability import plan
-from tests.reliability.harness import RelWorker, StoreKind, _mailqueue, _run, _Store
+from tests.reliability.runs import RelWorker, RunStore, StoreKind, run_command, run_settings
 from tests.support.dns_server import DnsServer
 from tests.support.faulty_smtp import FaultRates, FaultySmtpServer
 from tests.support.smtp_server import free_port
@@ -87,11 +87,11 @@ def run_outage(config: OutageConfig) -> OutageReport:
     for domain in (*plan.DOMAINS, "origin.test"):
         dns.mx(domain, (10, f"mx.{domain}"))
         dns.a(f"mx.{domain}", "127.0.0.2")
-    store = _Store(config.store, directory)
+    store = RunStore(config.store, directory)
     workers: list[RelWorker] = []
     began = time.monotonic()
     try:
-        mailqueue = {**_mailqueue(store.config, dns, mx_port, config.lease), "CONCURRENCY": config.concurrency}
+        mailqueue = {**run_settings(store.config, dns, mx_port, config.lease), "CONCURRENCY": config.concurrency}
         env = {
             **os.environ,
             **store.env,
@@ -103,8 +103,8 @@ def run_outage(config: OutageConfig) -> OutageReport:
         }
         env.pop("MAILQUEUE_REL_SIGNAL_LOG", None)
         migrate = [sys.executable, "-m", "django", "migrate", "--database", store.migrate_alias, "-v", "0"]
-        _run(migrate, env, 300)
-        _run([sys.executable, "-m", "tests.reliability.enqueue", "0", str(config.messages)], env, 300)
+        run_command(migrate, env, 300)
+        run_command([sys.executable, "-m", "tests.reliability.enqueue", "0", str(config.messages)], env, 300)
         workers = [RelWorker(f"w{n}", mailqueue, env, directory) for n in range(config.workers)]
         deadline = began + config.deadline
         while len(server.accepted) < config.crash_after and time.monotonic() < deadline:
