@@ -26,6 +26,8 @@ from .readonly import ReadOnlyRows
 
 #: Records are counted to this many past the page shown (10 pages), never all of them: "more than 1,000".
 COUNT_AHEAD = 1_000
+#: A page starting this many records or more in is read keys first (`BoundedPaginator.page`).
+KEYS_FIRST_FROM = 1_000
 #: Set on each record of a list page: whether its item is still in the queue (then its id links to it).
 _PRESENT = "_mq_item_present"
 
@@ -39,8 +41,8 @@ else:  # ModelAdmin and Paginator are generic only in django-stubs
 
 class BoundedPaginator(_Paginator):
     """Counts the records only up to `bound` (a `COUNT` over a `LIMIT`ed subquery): `more` past it.
-    A page's records are read by their keys: the keys of the page first (`OFFSET` over an index on the list's
-    order, read alone), then those rows — never the rows of every page before it."""
+    A page past the first `KEYS_FIRST_FROM` records is read by its keys: the keys of the page first (`OFFSET`
+    over an index on the list's order, read alone), then those rows — never the rows of every page before it."""
 
     def __init__(self, object_list: Any, per_page: int, *, bound: int, **kwargs: Any) -> None:
         super().__init__(object_list, per_page, **kwargs)
@@ -54,6 +56,8 @@ class BoundedPaginator(_Paginator):
     def page(self, number: Any) -> Page[DeliveryRecord]:
         number = self.validate_number(number)
         bottom = (number - 1) * self.per_page
+        if bottom < KEYS_FIRST_FROM:  # the first pages: their rows straight from the index's first entries
+            return super().page(number)
         top = bottom + self.per_page
         if top + self.orphans >= self.count:
             top = self.count
