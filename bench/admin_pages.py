@@ -38,7 +38,7 @@ def pages(probe_address: str, probe_id: object) -> list[tuple[str, str, dict[str
     today = datetime.now(UTC).strftime("%Y-%m-%d 00:00:00+00:00")
     return [
         ("list", QUEUE, {}),
-        *((f"state={s}", QUEUE, {"state": s}) for s in ("due", "scheduled", "deferred", "leased")),
+        *((f"state={s}", QUEUE, {"state": s}) for s in ("due", "scheduled", "deferred", "leased", "failed")),
         ("queue=bulk", QUEUE, {"queue": "bulk"}),
         ("queue=rare (10 items)", QUEUE, {"queue": "rare"}),
         ("domain=gmail.com (11%)", QUEUE, {"domain": "gmail.com"}),

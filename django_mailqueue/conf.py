@@ -88,6 +88,8 @@ class QueueSettings:
     rcpt_limit: int = 100
     poll_interval: float = 5
     history_days: int = 30
+    #: seconds a failed item is kept (state failed) to be sent again; 0: dropped at once
+    keep_failed: int = 7 * 86400
     max_bytes_in_flight: int = 100 * 1024 * 1024
     #: From domain (lowercase A-label, or "*") -> its DKIM entry; empty: no signing
     dkim: Mapping[str, DkimEntry] = field(default_factory=dict)
@@ -360,6 +362,14 @@ KEYS: tuple[SettingKey, ...] = (
         30,
         rules.number(integer=True, minimum=0, exclusive=False),
         "days delivery history is kept; 0 keeps none",
+    ),
+    SettingKey(
+        "KEEP_FAILED",
+        "keep_failed",
+        "mailqueue.E029",
+        7 * 86400,
+        rules.number(integer=True, minimum=0, exclusive=False),
+        "seconds a failed item is kept (state 'failed', its message too) to be sent again; 0: dropped at once",
     ),
     SettingKey(
         "MAX_BYTES_IN_FLIGHT",

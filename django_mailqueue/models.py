@@ -28,6 +28,8 @@ class QueuedItem(models.Model):
     delay_warned = models.BooleanField(default=False)
     message_id = models.CharField(max_length=998, blank=True)
     subject = models.CharField(max_length=255, blank=True)
+    #: kept failed since (KEEP_FAILED); its next_attempt is then core.items.NEVER, past every due index's range
+    failed_at = models.BigIntegerField(null=True, blank=True)
 
     class Meta:
         db_table = "mailqueue_item"
@@ -37,6 +39,7 @@ class QueuedItem(models.Model):
             ("send_now_queueditem", "Can send queued messages now"),
             ("reschedule_queueditem", "Can reschedule queued messages"),
             ("cancel_queueditem", "Can cancel queued messages"),
+            ("send_again_queueditem", "Can send failed messages again"),
         ]
         indexes = [
             # the claim over all queues, and the admin's default order

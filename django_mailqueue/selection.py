@@ -126,6 +126,8 @@ class Outcome(enum.StrEnum):
     MADE_DUE = "made_due"
     #: due already: nothing to change
     ALREADY_DUE = "already_due"
+    #: kept failed (`KEEP_FAILED`): sent again — its failed recipients pending, due now, a new lifetime
+    SENT_AGAIN = "sent_again"
     #: a worker holds it and is delivering it now: left alone
     LEASED = "leased"
     #: an id given that is not in the queue (never was, or left it before the action reached it)
@@ -136,7 +138,7 @@ class Outcome(enum.StrEnum):
 
 class Action(enum.StrEnum):
     CANCEL = "cancel"
-    #: send now: due at once. Once failed items are kept (KEEP_FAILED), "send again" joins it here.
+    #: send now: due at once; a failed item kept (KEEP_FAILED) is sent again
     RETRY = "retry"
 
 
@@ -144,6 +146,8 @@ def decide(action: Action, item: QueueItem, now: datetime) -> Outcome:
     """What `action` does to `item` as it stands at `now` (the rule; `apply` does it)."""
     if action is Action.CANCEL:
         return Outcome.CANCELLED
+    if item.kept:
+        return Outcome.SENT_AGAIN
     if item.leased_at(now):
         return Outcome.LEASED
     if item.next_attempt <= now:
@@ -205,6 +209,8 @@ def run_action(
         if not dry_run and outcome is Outcome.CANCELLED and store.cancel(item_id) is None:
             outcome = Outcome.MISSING  # it left the queue since it was read
         elif not dry_run and outcome is Outcome.MADE_DUE and not store.reschedule(item_id, at=now):
+            outcome = Outcome.MISSING
+        elif not dry_run and outcome is Outcome.SENT_AGAIN and store.send_again([item_id], now=now) == [None]:
             outcome = Outcome.MISSING
         record(item_id, outcome)
 

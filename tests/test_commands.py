@@ -61,7 +61,7 @@ def test_status_counts_by_state_queue_and_domain() -> None:
     add("b@two.example", queue="bulk", later=3600)
     data = json.loads(run("mailqueue_status", "--json"))
     assert data["total"] == 3
-    assert data["by_state"] == {"due": 1, "scheduled": 1, "deferred": 1, "leased": 0}
+    assert data["by_state"] == {"due": 1, "scheduled": 1, "deferred": 1, "leased": 0, "failed": 0}
     assert data["by_queue"]["bulk"]["scheduled"] == 1
     assert data["deferred_by_domain"] == {"three.example": 1}
     assert data["oldest_due"]["queue"] == "default"

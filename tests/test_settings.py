@@ -64,6 +64,7 @@ BAD_VALUES: dict[str, list[Any]] = {
     "RCPT_LIMIT": [0],
     "POLL_INTERVAL": [0, -1],
     "HISTORY_DAYS": [-1, 2.5],
+    "KEEP_FAILED": [-1, 2.5, "7d", True],
     "MAX_BYTES_IN_FLIGHT": [0, 1000, 2.5e6, "big"],
     "DKIM": [[], {"example.com": {"SELECTOR": "mq1"}}, {"*": {"SELECTOR": "mq1", "PRIVATE_KEY": "/k.pem"}}],
     "MTA_STS": ["enforce", 1, None],

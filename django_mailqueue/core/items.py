@@ -8,11 +8,14 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import UTC, datetime
 
 from .clock import from_micros, to_micros
 
 DEFAULT_QUEUE = "default"
+#: The next attempt of an item kept failed (`KEEP_FAILED`): never due, after every real time, so the stores'
+#: due indexes never meet it (and a float score, as Redis keeps it, holds it exactly: below 2**53 µs).
+NEVER = datetime(2200, 1, 1, tzinfo=UTC)
 
 
 def new_item_id() -> uuid.UUID:
@@ -58,6 +61,8 @@ class ItemState(enum.StrEnum):
     DEFERRED = "deferred"
     #: held by a worker whose lease has not expired
     LEASED = "leased"
+    #: every recipient final, one failed, kept `KEEP_FAILED` to be sent again: never claimed
+    FAILED = "failed"
 
 
 class ItemOrder(enum.StrEnum):
@@ -137,6 +142,8 @@ class QueueItem:
     delay_warned: bool = False
     message_id: str = ""
     subject: str = ""
+    #: kept failed since (`KEEP_FAILED`): its `next_attempt` is `NEVER` until it is sent again; None: not kept
+    failed_at: datetime | None = None
 
     @property
     def pending(self) -> tuple[Recipient, ...]:
@@ -144,13 +151,20 @@ class QueueItem:
 
     @property
     def done(self) -> bool:
-        """Every recipient is final: the store drops such an item."""
+        """Every recipient is final: the store drops such an item, unless it is kept failed (`kept`)."""
         return all(r.state.final for r in self.recipients)
+
+    @property
+    def kept(self) -> bool:
+        """Kept failed (`KEEP_FAILED`): in the store, in state failed, until sent again or pruned."""
+        return self.failed_at is not None
 
     def leased_at(self, now: datetime) -> bool:
         return self.owner is not None and self.lease_expires is not None and self.lease_expires > now
 
     def state_at(self, now: datetime) -> ItemState:
+        if self.failed_at is not None:
+            return ItemState.FAILED
         if self.leased_at(now):
             return ItemState.LEASED
         if self.attempts > 0:
@@ -222,6 +236,9 @@ class Completion:
     now: datetime | None = None
     #: addresses put on the suppression list by this outcome, in the same step (both or neither)
     suppress: tuple[Suppression, ...] = ()
+    #: an item this outcome leaves with every recipient final and one failed is kept in state failed (failed at
+    #: `now`, needed with it), its message with it, instead of dropped (`KEEP_FAILED` > 0)
+    keep_failed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,7 +308,7 @@ def apply_completion(item: QueueItem, completion: Completion) -> QueueItem:
             recipients.append(r)
         else:
             recipients.append(Recipient(r.address, decided.state, decided.reply, decided.remote_mta))
-    return replace(
+    after = replace(
         item,
         recipients=tuple(recipients),
         attempts=item.attempts + (1 if completion.count_attempt else 0),
@@ -301,6 +318,33 @@ def apply_completion(item: QueueItem, completion: Completion) -> QueueItem:
         revision=item.revision + 1,
         reclaims=0,
         delay_warned=item.delay_warned or completion.delay_warned,
+    )
+    if completion.keep_failed and kept_failed(after):
+        return replace(after, next_attempt=NEVER, failed_at=completion.now)
+    return after
+
+
+def kept_failed(item: QueueItem) -> bool:
+    """Whether an item is one `KEEP_FAILED` keeps after its outcome: every recipient final, one failed."""
+    return item.done and any(r.state is RecipientState.FAILED for r in item.recipients)
+
+
+def sent_again(item: QueueItem, now: datetime) -> QueueItem:
+    """A kept failed item sent again at `now` (`QueueStore.send_again`): as if queued anew then — due at
+    once, `created` now (a new `MAX_LIFETIME`), no attempt, no "delayed" DSN yet — with its failed recipients
+    pending again (their replies cleared: the history keeps them) and its delivered ones left delivered."""
+    return replace(
+        item,
+        recipients=tuple(Recipient(r.address) if r.state is RecipientState.FAILED else r for r in item.recipients),
+        created=now,
+        next_attempt=now,
+        attempts=0,
+        owner=None,
+        lease_expires=None,
+        revision=item.revision + 1,
+        reclaims=0,
+        delay_warned=False,
+        failed_at=None,
     )
 
 

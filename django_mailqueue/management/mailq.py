@@ -53,6 +53,8 @@ def item_lines(item: QueueItem, now: datetime) -> list[str]:
     when = f"next in {age(next_attempt.total_seconds())}" if next_attempt.total_seconds() > 0 else "due now"
     if item.leased_at(now):
         when = f"held by {printable(item.owner or '')}"
+    if item.failed_at is not None:
+        when = f"failed {age((now - item.failed_at).total_seconds())} ago, kept to be sent again"
     lines = [
         f"{item.id!s:<36} {size(item.size):>7} {age((now - item.created).total_seconds()):>6} {state:<9} "
         f"{item.attempts:>7} {printable(item.queue):<14} {envelope(item.sender)}  ({when})"
@@ -78,7 +80,8 @@ def item_json(item: QueueItem, now: datetime) -> dict[str, Any]:
         "size": item.size,
         "created": item.created.isoformat(),
         "age_seconds": round((now - item.created).total_seconds(), 3),
-        "next_attempt": item.next_attempt.isoformat(),
+        "next_attempt": None if item.kept else item.next_attempt.isoformat(),
+        "failed_at": item.failed_at.isoformat() if item.failed_at is not None else None,
         "attempts": item.attempts,
         "owner": item.owner if item.leased_at(now) else None,
         "lease_expires": item.lease_expires.isoformat() if item.leased_at(now) and item.lease_expires else None,

@@ -119,6 +119,7 @@ _SAID = {
     Outcome.CANCELLED: ("cancelled", "would cancel"),
     Outcome.MADE_DUE: ("due now", "would make due now"),
     Outcome.ALREADY_DUE: ("already due", "already due"),
+    Outcome.SENT_AGAIN: ("failed, sent again", "failed, would send again"),
     Outcome.LEASED: ("being delivered (leased), left to its worker", "being delivered (leased), would be left alone"),
     Outcome.MISSING: ("not in the queue", "not in the queue"),
     Outcome.FILTERED_OUT: ("does not pass the filters, left alone", "does not pass the filters, would be left alone"),

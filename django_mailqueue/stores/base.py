@@ -89,7 +89,13 @@ class QueueStore(abc.ABC):
     - `complete` applies the outcomes, the next attempt and the attempt count and
       lets go of the lease in one step, only for the lease's owner at the
       revision it claimed; a final recipient state never changes; an item whose
-      every recipient is final is dropped with its message.
+      every recipient is final is dropped with its message — or, when the
+      completion says `keep_failed` and one recipient failed, kept in that same
+      step in state failed (`failed_at`, `next_attempt` `NEVER`) with its message.
+    - A kept failed item is never claimed, never due, scheduled, deferred or
+      leased, not moved by `reschedule` nor `defer_destination`; `send_again`
+      makes it due (`core.items.sent_again` is the rule), `prune_failed` drops
+      it, `cancel` too. It counts in `count()` and against `max_items`.
     - `complete` adds the completion's DSN items in that same step: the outcome
       is never recorded without its DSNs, nor a DSN added without its outcome.
       With `max_items` set, DSNs that would pass it refuse the whole completion
@@ -179,8 +185,10 @@ class QueueStore(abc.ABC):
         Only while `owner` holds the lease at `revision` (the item's revision as
         claimed); otherwise raises `LEASE_LOST` and records nothing. Returns the
         item as recorded — with `done` true when every recipient is final, in
-        which case the item and its message are gone from the store — or None
-        when no item has that id (cancelled, or finished by another worker).
+        which case the item and its message are gone from the store unless it is
+        `kept` (`completion.keep_failed` and a recipient failed: state failed,
+        failed at `completion.now`) — or None when no item has that id
+        (cancelled, or finished by another worker).
 
         `completion.dsns` are added (created at `completion.now`) in the same
         step, and only when the outcome is recorded: none with LEASE_LOST or
@@ -228,8 +236,21 @@ class QueueStore(abc.ABC):
 
         With `owner`: only while that owner holds the lease, which it lets go
         of (a worker giving back an item it will not deliver). Without: the
-        lease, if any, stays. An empty `owner` is `INVALID`.
+        lease, if any, stays. An empty `owner` is `INVALID`. A kept failed item
+        is not moved (False): `send_again` is its way back.
         """
+
+    @abc.abstractmethod
+    def send_again(self, item_ids: Sequence[uuid.UUID], *, now: datetime) -> builtins.list[QueueItem | None]:
+        """Put kept failed items back in the queue, due at `now`, in one step: one answer per id, in order —
+        the item as sent again (`core.items.sent_again`: its failed recipients pending, its delivered ones
+        delivered, `created` now, no attempts), or None for an id that is not a kept failed item (gone, or
+        not failed). Wakes idle workers as an add does."""
+
+    @abc.abstractmethod
+    def prune_failed(self, *, before: datetime) -> int:
+        """Drop the kept failed items that failed before `before`, with their messages; how many
+        (`manage.py mailqueue_prune_history`, at now - `KEEP_FAILED`)."""
 
     @abc.abstractmethod
     def cancel(self, item_id: uuid.UUID) -> QueueItem | None:

@@ -70,6 +70,8 @@ def check_completion(completion: Completion) -> None:
         if len({dsn.id for dsn in completion.dsns}) != len(completion.dsns):
             raise QueueError(Code.INVALID, "a DSN id is given twice in the completion")
     check_suppressions(completion.suppress)
+    if completion.keep_failed and (completion.now is None or completion.now.tzinfo is None):
+        raise QueueError(Code.INVALID, "a completion that keeps failed items needs `now`, an aware datetime")
 
 
 def check_suppressions(entries: Sequence[Suppression]) -> None:

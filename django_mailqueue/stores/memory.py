@@ -25,6 +25,7 @@ from ..core.items import (
     apply_completion,
     as_added,
     matches,
+    sent_again,
 )
 from ..core.shaping import Suspension, forgotten, next_suspension, take_from_bucket
 from .base import OVERVIEW_QUEUES, QueueStore
@@ -96,7 +97,10 @@ class MemoryStore(QueueStore):
             due = [
                 (seq, item)
                 for seq, item in self._items.values()
-                if item.next_attempt <= now and not item.leased_at(now) and (queues is None or item.queue in queues)
+                if item.next_attempt <= now
+                and not item.leased_at(now)
+                and not item.kept
+                and (queues is None or item.queue in queues)
             ]
             lane = {name: i for i, name in enumerate(queues or ())}
             due.sort(key=lambda pair: (lane.get(pair[1].queue, 0), pair[1].next_attempt, pair[0]))
@@ -138,7 +142,7 @@ class MemoryStore(QueueStore):
                 )
             self._check_room(completion.dsns)
             recorded = apply_completion(item, completion)
-            if recorded.done:
+            if recorded.done and not recorded.kept:
                 del self._items[item_id]
                 self._messages.pop(item_id, None)
             else:
@@ -159,6 +163,8 @@ class MemoryStore(QueueStore):
             if entry is None:
                 return False
             seq, item = entry
+            if item.kept:
+                return False
             if owner is not None:
                 if item.owner != owner:
                     return False
@@ -166,6 +172,30 @@ class MemoryStore(QueueStore):
             self._items[item_id] = (seq, replace(item, next_attempt=at))
             self._generation += 1
             return True
+
+    def send_again(self, item_ids: Sequence[uuid.UUID], *, now: datetime) -> builtins.list[QueueItem | None]:
+        check_aware(now, "now")
+        answers: builtins.list[QueueItem | None] = []
+        with self._lock:
+            for item_id in item_ids:
+                entry = self._items.get(item_id)
+                if entry is None or not entry[1].kept:
+                    answers.append(None)
+                    continue
+                again = sent_again(entry[1], now)
+                self._items[item_id] = (entry[0], again)
+                answers.append(again)
+            self._generation += 1
+        return answers
+
+    def prune_failed(self, *, before: datetime) -> int:
+        check_aware(before, "before")
+        with self._lock:
+            old = [i for i, (_, item) in self._items.items() if item.failed_at is not None and item.failed_at < before]
+            for item_id in old:
+                del self._items[item_id]
+                self._messages.pop(item_id, None)
+            return len(old)
 
     def cancel(self, item_id: uuid.UUID) -> QueueItem | None:
         with self._lock:

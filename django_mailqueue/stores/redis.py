@@ -31,6 +31,7 @@ from . import redis_sentinel as sentinel
 from .base import READ_CHUNK
 from .inputs import check_completion, check_new_item, check_owner
 from .redis_clients import AsyncClient, RedisClients, SyncClient, T
+from .redis_failed import RedisFailed
 from .redis_layout import (
     LAYOUT_VERSION,
     Keys,
@@ -57,7 +58,7 @@ class _AddPlan:
     added: tuple[QueueItem, ...]
 
 
-class RedisStore(RedisReading, RedisSuppressionList, RedisShaping):
+class RedisStore(RedisReading, RedisSuppressionList, RedisShaping, RedisFailed):
     """Items in Redis under `OPTIONS["key_prefix"]`, reached by `url` or a django-redis `cache` alias.
 
     Every write is one Lua script, which Redis runs whole, so claims are atomic
@@ -296,17 +297,19 @@ class RedisStore(RedisReading, RedisSuppressionList, RedisShaping):
             raise _lease_lost(item_id, owner)
         after = apply_completion(before, completion)
         args: builtins.list[scripts.Arg] = [self.keys.prefix, str(item_id), owner, str(revision)]
-        if after.done:
+        failed_at = ""
+        if after.done and not after.kept:
             args += ["drop", "", "", "", ""]
         else:
             args += [
-                "record",
+                "keep" if after.kept else "record",
                 dump_recipients(after.recipients),
                 str(to_micros(after.next_attempt)),
                 str(after.attempts),
                 "1" if after.delay_warned else "0",
             ]
-        args += ["" if self.max_items is None else str(self.max_items), str(len(completion.dsns))]
+            failed_at = str(to_micros(after.failed_at)) if after.failed_at is not None else ""
+        args += ["" if self.max_items is None else str(self.max_items), failed_at, str(len(completion.dsns))]
         if completion.dsns:
             assert completion.now is not None  # check_completion
             now_us = to_micros(completion.now)

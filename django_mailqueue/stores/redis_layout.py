@@ -110,6 +110,11 @@ class Keys:
         return f"{self.prefix}domain:{domain}"
 
     @property
+    def failed(self) -> str:
+        """The items kept failed (`KEEP_FAILED`), scored by when they failed (µs)."""
+        return f"{self.prefix}failed"
+
+    @property
     def tried(self) -> str:
         return f"{self.prefix}tried"
 
@@ -156,7 +161,10 @@ def seed_commands(keys: Keys, item: QueueItem, seq: int, message: bytes) -> buil
         "reclaims", str(item.reclaims), "delay", "1" if item.delay_warned else "0",
     ]  # fmt: skip
     commands: builtins.list[tuple[scripts.Arg, ...]] = []
-    if item.owner is not None and item.lease_expires is not None:
+    if item.failed_at is not None:
+        fields += ["failed", str(to_micros(item.failed_at))]
+        commands.append(("ZADD", keys.failed, str(to_micros(item.failed_at)), member))
+    elif item.owner is not None and item.lease_expires is not None:
         expires = to_micros(item.lease_expires)
         fields += ["owner", item.owner, "expires", str(expires)]
         commands.append(("ZADD", keys.leases, str(max(expires, to_micros(item.next_attempt))), member))
@@ -172,7 +180,7 @@ def seed_commands(keys: Keys, item: QueueItem, seq: int, message: bytes) -> buil
         ("ZADD", keys.queue(item.queue), due, member),
         *(("ZADD", keys.domain(domain), due, member) for domain in domains(item.recipients).split()),
     ]
-    if item.attempts:
+    if item.attempts and item.failed_at is None:
         commands += [("ZADD", keys.tried, due, member), ("ZADD", keys.tried_queue(item.queue), due, member)]
         commands += [("ZADD", keys.tried_domain(domain), due, member) for domain in domains(item.recipients).split()]
     return commands
@@ -251,6 +259,7 @@ def to_item(raw: Any) -> QueueItem:
         delay_warned=f["delay"] == "1",
         message_id=f["mid"],
         subject=f["subject"],
+        failed_at=from_micros(int(f["failed"])) if "failed" in f else None,
     )
 
 

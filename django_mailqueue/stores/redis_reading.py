@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from ..core.clock import to_micros
-from ..core.items import ItemOrder, ItemQuery, ItemState, QueueItem, matches
+from ..core.items import NEVER, ItemOrder, ItemQuery, ItemState, QueueItem, matches
 from ..core.status import QueueSummary
 from . import redis_scripts as scripts
 from .base import OVERVIEW_QUEUES, QueueStore
@@ -24,6 +24,8 @@ _R = TypeVar("_R")
 
 #: Items `list` and `count` read per script call when a search or an id prefix is tested on them.
 SCAN_PAGE = 500
+#: The score of the items kept failed (select.lua's ARGV[11]).
+_NEVER = str(to_micros(NEVER))
 
 
 class RedisReading(QueueStore):
@@ -72,6 +74,7 @@ class RedisReading(QueueStore):
             "1" if reverse else "",
             "count" if count else "list",
             start,
+            _NEVER,
         ]
         return self._do(lambda client: scripts.SELECT.run(client, [self.keys.items, self.keys.leases], args))
 
@@ -173,10 +176,10 @@ class RedisReading(QueueStore):
     def _overview_counts(self, summary: QueueSummary, *, now: datetime, bound: int) -> None:
         """overview.lua: every state's count, of the queue and of each queue, in one step (the leases read once)."""
         names = self.queues()
-        args: builtins.list[scripts.Arg] = [self.key_prefix, str(to_micros(now)), *names]
+        args: builtins.list[scripts.Arg] = [self.key_prefix, str(to_micros(now)), _NEVER, *names]
         keys = [self.keys.items, self.keys.leases, self.keys.tried]
         scopes = self._do(lambda client: scripts.OVERVIEW.run(client, keys, args))
-        order = (ItemState.DUE, ItemState.SCHEDULED, ItemState.DEFERRED, ItemState.LEASED)
+        order = (ItemState.DUE, ItemState.SCHEDULED, ItemState.DEFERRED, ItemState.LEASED, ItemState.FAILED)
 
         def bounded(counts: Any) -> Counter[str]:
             return Counter({state.value: min(int(n), bound + 1) for state, n in zip(order, counts, strict=True)})

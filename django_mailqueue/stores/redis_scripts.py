@@ -184,6 +184,9 @@ DEFER_DESTINATION = LuaScript("defer_destination", uses=["store_items"])
 SUPPRESSION = LuaScript("suppression", uses=["store_suppressions"], wrote=lambda reply: int(reply) > 0)
 SELECT = LuaScript("select")
 OVERVIEW = LuaScript("overview")
+FAILED = LuaScript(
+    "failed", uses=["store_items"], wrote=lambda reply: any(reply) if isinstance(reply, list) else bool(reply)
+)
 
 ALL = (
     SCHEMA,
@@ -202,4 +205,5 @@ ALL = (
     SUPPRESSION,
     SELECT,
     OVERVIEW,
+    FAILED,
 )

@@ -75,7 +75,7 @@ class Record:
 
     def without_dsns(self) -> Record:
         """This record with no DSN (the store had no room for them)."""
-        return replace(self, dsns=(), completion=replace(self.completion, dsns=(), now=None))
+        return replace(self, dsns=(), completion=replace(self.completion, dsns=()))
 
     def history(self) -> list[HistoryEntry]:
         return [
@@ -166,8 +166,9 @@ def decide(
         count_attempt=not held,
         delay_warned=warn,
         dsns=tuple(note.item for note in dsns),
-        now=now if dsns else None,
+        now=now,
         suppress=entries_for(item, decided, settings.suppression, now=now, listed=outcome.listed),
+        keep_failed=settings.keep_failed > 0,
     )
     problems = list(outcome.errors)
     if outcome.message_lost:

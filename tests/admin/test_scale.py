@@ -22,7 +22,7 @@ from django.urls import reverse
 from django_mailqueue.admin.listing import TOTAL_BOUND
 from django_mailqueue.admin.queue import QueueAdmin
 from django_mailqueue.core.clock import FakeClock, to_micros
-from django_mailqueue.core.items import ItemQuery, ItemState
+from django_mailqueue.core.items import NEVER, ItemQuery, ItemState
 from django_mailqueue.stores import get_store
 from tests.support.databases import DATABASES
 
@@ -35,7 +35,8 @@ MESSAGE = b"From: sender@origin.test\r\nTo: user@dest.test\r\nSubject: load\r\n\
 
 
 def fill(alias: str, items: int) -> float:
-    """`items` items (one recipient each, every tenth deferred, one in a thousand leased) straight into the tables."""
+    """`items` items (one recipient each, every tenth deferred, one in a thousand leased, one in a thousand kept
+    failed) straight into the tables."""
     now = to_micros(NOW)
     # next attempts spread over a day around NOW: half due, half scheduled
     first, step = now - 43_200_000_000, 86_400_000_000 // items
@@ -56,27 +57,30 @@ def fill(alias: str, items: int) -> float:
         cursor.execute(
             """
             INSERT INTO mailqueue_item (id, sender, size, created, next_attempt, attempts, queue, owner,
-                                        lease_expires, revision, reclaims, delay_warned, message_id, subject)
+                                        lease_expires, revision, reclaims, delay_warned, message_id, subject,
+                                        failed_at)
             SELECT md5('mq-admin-' || i)::uuid, 'sender' || (i %% 997) || '@origin.test', %(size)s,
-                   %(first)s + i - 3600000000, %(first)s + i * %(step)s,
-                   CASE WHEN i %% 10 = 0 THEN 1 + i %% 3 ELSE 0 END,
+                   %(first)s + i - 3600000000,
+                   CASE WHEN i %% 1000 = 11 THEN %(never)s ELSE %(first)s + i * %(step)s END,
+                   CASE WHEN i %% 10 = 0 OR i %% 1000 = 11 THEN 1 + i %% 3 ELSE 0 END,
                    CASE i %% 4 WHEN 0 THEN 'bulk' WHEN 1 THEN 'transactional' ELSE 'default' END,
                    CASE WHEN i %% 1000 = 7 THEN 'worker-' || (i %% 8) END,
                    CASE WHEN i %% 1000 = 7 THEN %(now)s + 300000000 END,
-                   1, 0, false, '<' || i || '@origin.test>', 'Message ' || i
+                   1, 0, false, '<' || i || '@origin.test>', 'Message ' || i,
+                   CASE WHEN i %% 1000 = 11 THEN %(first)s + i END
             FROM generate_series(1::bigint, %(items)s) AS i
             """,
-            {"items": items, "first": first, "step": step, "now": now, "size": len(MESSAGE)},
+            {"items": items, "first": first, "step": step, "now": now, "size": len(MESSAGE), "never": to_micros(NEVER)},
         )
         cursor.execute(
             """
             INSERT INTO mailqueue_recipient (item_id, position, address, domain, state, reply_code, reply_status,
                                              reply_text, remote_mta)
             SELECT seq, 0, 'user' || seq || '@d' || (seq %% 5000) || '.test', 'd' || (seq %% 5000) || '.test',
-                   'pending',
-                   CASE WHEN attempts > 0 THEN 451 END,
-                   CASE WHEN attempts > 0 THEN '4.7.1' ELSE '' END,
-                   CASE WHEN attempts > 0 THEN 'Greylisted' ELSE '' END,
+                   CASE WHEN failed_at IS NULL THEN 'pending' ELSE 'failed' END,
+                   CASE WHEN failed_at IS NOT NULL THEN 550 WHEN attempts > 0 THEN 451 END,
+                   CASE WHEN failed_at IS NOT NULL THEN '5.1.1' WHEN attempts > 0 THEN '4.7.1' ELSE '' END,
+                   CASE WHEN failed_at IS NOT NULL THEN 'No such user' WHEN attempts > 0 THEN 'Greylisted' ELSE '' END,
                    CASE WHEN attempts > 0 THEN 'mx.d' || (seq %% 5000) || '.test' ELSE '' END
             FROM mailqueue_item
             """,
@@ -156,6 +160,7 @@ def test_the_list_page_of_a_million_item_queue(
         ("state=scheduled", {"state": "scheduled"}),
         ("state=deferred", {"state": "deferred"}),
         ("state=leased", {"state": "leased"}),
+        ("state=failed", {"state": "failed"}),
         ("queue=bulk", {"queue": "bulk"}),
         ("domain=d42.test", {"domain": "d42.test"}),
         ("search", {"q": "user4242@"}),

@@ -238,6 +238,14 @@ class AsyncTwins(QueueStore):
     def prune_suppressed(self, *, before: datetime) -> int:
         return self.inner.prune_suppressed(before=before)
 
+    # the kept failed items' admin calls have no async twins (the admin and the commands are sync)
+
+    def send_again(self, item_ids: Sequence[uuid.UUID], *, now: datetime) -> list[QueueItem | None]:
+        return self.inner.send_again(item_ids, now=now)
+
+    def prune_failed(self, *, before: datetime) -> int:
+        return self.inner.prune_failed(before=before)
+
 
 class TestRedisStoreAsyncTwins(QueueStoreContract):
     """The whole contract through `aadd_many`, `aclaim`, `arenew`, `acomplete`, … on redis-py's asyncio client."""

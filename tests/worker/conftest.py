@@ -9,12 +9,18 @@ from typing import Any
 import pytest
 
 from django_mailqueue import signals
+from django_mailqueue.stores.base import QueueStore
 from tests.support.certs import test_ca  # noqa: F401  (fixture)
 from tests.support.dns_server import DnsServer, dns_server  # noqa: F401  (fixture)
 from tests.support.redis_server import delete_prefix, unique_prefix
 from tests.support.smtp_server import ServerPool, SmtpServer, smtp_servers  # noqa: F401  (fixture)
 
 SIGNALS = ("delivered", "deferred", "failed", "dsn", "error")
+
+
+def only_kept_failed(store: QueueStore) -> bool:
+    """Nothing waits to be sent: every item the store holds (there may be none) is kept failed (`KEEP_FAILED`)."""
+    return all(item.kept for item in store.iter_items())
 
 
 class SignalRecorder:

@@ -15,7 +15,7 @@ from django_mailqueue import signals
 from django_mailqueue.conf import load_settings
 from django_mailqueue.core.clock import FakeClock
 from django_mailqueue.core.errors import Code, QueueError
-from django_mailqueue.core.items import NewItem, RecipientState, Suppression
+from django_mailqueue.core.items import NewItem, RecipientState, Reply, Suppression
 from django_mailqueue.stores.memory import MemoryStore
 from django_mailqueue.testing.damage import lose_message
 from django_mailqueue.testing.fakes import DELIVERED, GREYLISTED, REJECTED, ScriptedDeliverer
@@ -133,10 +133,11 @@ async def test_always_451_fails_after_max_lifetime_with_a_dsn(recorder: Recorder
     for _ in range(50):
         await make_worker(store, clock, deliverer, RETRY_DELAYS=[600], MAX_LIFETIME=3600, DELAY_WARNING=None).run()
         held = store.get(item.id)
-        if held is None:
+        if held is None or held.kept:
             break
         clock.set(held.next_attempt)
-    assert store.get(item.id) is None
+    kept = store.get(item.id)  # failed, kept KEEP_FAILED (7 days by default) to be sent again
+    assert kept is not None and kept.kept and kept.recipients[0].reply == GREYLISTED
     names = recorder.names()
     failed_at = names.index("failed")
     assert names[failed_at + 1] == "dsn" and names.count("failed") == 1
@@ -147,7 +148,7 @@ async def test_always_451_fails_after_max_lifetime_with_a_dsn(recorder: Recorder
     assert dsn["kind"] == "failed" and dsn["of"] == item.id and dsn["to"] == "a@example.com"
     # the DSN went out in the same run, from <> to the sender
     assert [(c.sender, c.recipients) for c in deliverer.calls][-1] == ("", ("a@example.com",))
-    assert store.count() == 0
+    assert [i.id for i in store.list()] == [item.id]  # its DSN delivered, the item kept failed
 
 
 async def test_exactly_one_delayed_dsn(recorder: Recorder, clock: FakeClock) -> None:
@@ -206,7 +207,7 @@ async def test_failure_dsn_fields_and_none_for_the_null_sender(recorder: Recorde
     assert "Will-Retry-Until" not in fields
     assert "Subject: hi" in parts[2].get_payload()
     # a DSN about a DSN is never sent: make the DSN's recipient reject too
-    assert item.id not in {i.id for i in store.list()}
+    assert [i.kept for i in store.list() if i.id == item.id] == [True]
 
 
 async def test_no_dsn_for_a_message_from_the_null_sender(recorder: Recorder, clock: FakeClock) -> None:
@@ -214,7 +215,7 @@ async def test_no_dsn_for_a_message_from_the_null_sender(recorder: Recorder, clo
     add(store, clock, sender="")
     await make_worker(store, clock, ScriptedDeliverer({"b@example.org": [REJECTED]})).run()
     assert recorder.names() == ["failed"]
-    assert store.count() == 0
+    assert [i.kept for i in store.list()] == [True]  # no DSN; the item kept failed
 
 
 async def test_dsn_false_turns_them_off(recorder: Recorder, clock: FakeClock) -> None:
@@ -222,7 +223,35 @@ async def test_dsn_false_turns_them_off(recorder: Recorder, clock: FakeClock) ->
     add(store, clock)
     await make_worker(store, clock, ScriptedDeliverer({"b@example.org": [REJECTED]}), DSN=False).run()
     assert recorder.names() == ["failed"]
-    assert store.count() == 0
+    assert [i.kept for i in store.list()] == [True]  # no DSN; the item kept failed
+
+
+async def test_keep_failed_0_drops_a_failed_item_at_once(recorder: Recorder, clock: FakeClock) -> None:
+    store = MemoryStore()
+    item = add(store, clock)
+    await make_worker(store, clock, ScriptedDeliverer({"b@example.org": [REJECTED]}), KEEP_FAILED=0).run()
+    assert recorder.names()[:2] == ["failed", "dsn"]
+    assert store.get(item.id) is None and store.read_message(item.id) is None
+    assert store.count() == 0  # its DSN delivered too
+
+
+async def test_a_kept_item_sent_again_delivers_only_its_failed_recipients(recorder: Recorder, clock: FakeClock) -> None:
+    store = MemoryStore()
+    item = add(store, clock, sender="", recipients=("ok@example.org", "no@example.org"))
+    # a failure the operator can fix (not one that lists the address: that one would fail again at once)
+    expired = Reply(550, "5.7.1", "Account expired")
+    deliverer = ScriptedDeliverer({"no@example.org": [expired, DELIVERED]})
+    await make_worker(store, clock, deliverer).run()
+    kept = store.get(item.id)
+    assert kept is not None and kept.kept and kept.failed_at == clock.now()
+    clock.advance(3600)
+    await make_worker(store, clock, deliverer).run()  # a kept item is never claimed
+    assert deliverer.deliveries_to("no@example.org") == 1
+    assert store.send_again([item.id], now=clock.now())[0] is not None
+    await make_worker(store, clock, deliverer).run()
+    assert deliverer.deliveries_to("no@example.org") == 2 and deliverer.deliveries_to("ok@example.org") == 1
+    assert store.get(item.id) is None
+    assert sorted(recorder.names()) == ["delivered", "delivered", "failed"]
 
 
 async def test_a_full_queue_records_the_outcome_without_its_dsn(recorder: Recorder, clock: FakeClock) -> None:
@@ -234,7 +263,7 @@ async def test_a_full_queue_records_the_outcome_without_its_dsn(recorder: Record
     error = recorder.events[0][1]["error"]
     assert error.code == "DSN_FAILED" and recorder.events[0][1]["item_id"] == item.id
     assert "failed DSN" in error.message and "MAX_ITEMS" in error.message
-    assert store.count() == 0 and stats.failed == 1 and stats.dsns == 0
+    assert [i.kept for i in store.list()] == [True] and stats.failed == 1 and stats.dsns == 0
 
 
 async def test_a_recipient_final_is_never_tried_again(clock: FakeClock) -> None:
@@ -248,7 +277,7 @@ async def test_a_recipient_final_is_never_tried_again(clock: FakeClock) -> None:
     assert deliverer.deliveries_to("ok@example.org") == 1
     assert deliverer.deliveries_to("no@example.org") == 1
     assert deliverer.deliveries_to("later@example.org") == 2
-    assert store.count() == 0
+    assert [i.kept for i in store.list()] == [True]  # no@ failed: kept to be sent again
 
 
 async def test_a_lost_message_fails_every_pending_recipient_in_order(recorder: Recorder, clock: FakeClock) -> None:
@@ -278,7 +307,9 @@ async def test_a_reclaimed_too_often_item_fails(recorder: Recorder, clock: FakeC
     await make_worker(store, clock, deliverer, MAX_RECLAIMS=1).run()
     assert deliverer.deliveries_to("b@example.org") == 0
     assert recorder.names()[:2] == ["failed", "dsn"]
-    assert store.get(item.id) is None
+    kept = store.get(item.id)
+    assert kept is not None and kept.kept and kept.recipients[0].reply is not None
+    assert kept.recipients[0].reply.status == "5.4.0"
 
 
 async def test_lease_lost_records_nothing(recorder: Recorder, clock: FakeClock) -> None:

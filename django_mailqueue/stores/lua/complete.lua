@@ -9,18 +9,21 @@
 -- KEYS[5]  <prefix>suppressed           hash, the suppression list's entries
 -- KEYS[6]  <prefix>suppressed:by_time   sorted set, its addresses by minus their time
 -- KEYS[7]  (when the store retries) the call's marker, <prefix>replay:<ms>:<token> (see replay.lua)
--- ARGV[1]  the prefix (item keys, <prefix>message:<id>, <prefix>ready:<queue>,
+-- ARGV[1]  the prefix (item keys, <prefix>message:<id>, <prefix>ready:<queue>, <prefix>failed,
 --          the wake-up channel <prefix>wakeup)
 -- ARGV[2]  item id
 -- ARGV[3]  owner
 -- ARGV[4]  the revision the owner claimed
--- ARGV[5]  'drop' (every recipient is final) or 'record'
+-- ARGV[5]  'drop' (every recipient is final), 'keep' (every recipient final, one failed, KEEP_FAILED: the
+--          item stays, out of its ready set and the tried sets, scored NEVER, in <prefix>failed by when it
+--          failed) or 'record'
 -- ARGV[6]  recipients (JSON, computed by the caller from the item read at that revision; '' with 'drop')
--- ARGV[7]  next attempt (µs; '' with 'drop')
+-- ARGV[7]  next attempt (µs; core.items.NEVER with 'keep'; '' with 'drop')
 -- ARGV[8]  attempts ('' with 'drop')
 -- ARGV[9]  delay warned ('0' or '1'; '' with 'drop')
 -- ARGV[10] MAX_ITEMS, or '' for no bound (checked only when DSNs follow)
--- ARGV[11] n, how many DSN items follow
+-- ARGV[11] with 'keep': when it failed (µs), else ''
+-- ARGV[12] n, how many DSN items follow
 -- then, per DSN, the 11 values add.lua takes: id, queue, next attempt (µs), created (µs),
 --          sender, recipients (JSON), size, Message-ID, subject, message bytes, domains
 -- then m, how many suppression entries follow, and per entry the 3 values store_suppressions takes
@@ -33,7 +36,7 @@
 -- together prove the caller's reading is current. A retry of a call that ran (its marker
 -- found) returns 1 and writes nothing.
 local prefix, id = ARGV[1], ARGV[2]
-local n = tonumber(ARGV[11])
+local n = tonumber(ARGV[12])
 local key = prefix .. 'item:' .. id
 if replayed(KEYS[7]) then
   return 1
@@ -48,7 +51,7 @@ end
 if n > 0 and ARGV[10] ~= '' and redis.call('ZCARD', KEYS[2]) + n > tonumber(ARGV[10]) then
   return -2
 end
-if queued_already(prefix, 12, n) then
+if queued_already(prefix, 13, n) then
   return -3
 end
 
@@ -64,6 +67,17 @@ if ARGV[5] == 'drop' then
   redis.call('ZREM', prefix .. 'ready:' .. queue, member)
   unindex_item(prefix, member, queue, f[5])
   redis.call('DEL', key, prefix .. 'message:' .. id)
+elseif ARGV[5] == 'keep' then
+  local never = ARGV[7]
+  redis.call('HSET', key, 'rcpts', ARGV[6], 'next', never, 'attempts', ARGV[8], 'delay', ARGV[9], 'reclaims', 0,
+             'failed', ARGV[11])
+  redis.call('HINCRBY', key, 'rev', 1)
+  redis.call('HDEL', key, 'owner', 'expires')
+  redis.call('ZADD', KEYS[2], never, member)
+  redis.call('ZREM', prefix .. 'ready:' .. queue, member)
+  unindex_item(prefix, member, queue, f[5])
+  index_item(prefix, member, queue, f[5] or '', never, false)
+  redis.call('ZADD', prefix .. 'failed', ARGV[11], member)
 else
   local due = ARGV[7]
   redis.call('HSET', key, 'rcpts', ARGV[6], 'next', due, 'attempts', ARGV[8], 'delay', ARGV[9], 'reclaims', 0)
@@ -75,8 +89,8 @@ else
   index_item(prefix, member, queue, f[5] or '', due, ARGV[8] ~= '0')
 end
 
-store_items(prefix, KEYS[4], KEYS[2], KEYS[3], 12, n)
-local after_dsns = 12 + n * STRIDE  -- store_items.lua: the values per item
+store_items(prefix, KEYS[4], KEYS[2], KEYS[3], 13, n)
+local after_dsns = 13 + n * STRIDE  -- store_items.lua: the values per item
 store_suppressions(KEYS[5], KEYS[6], after_dsns + 1, tonumber(ARGV[after_dsns]))
 mark(KEYS[7], '1')
 return 1

@@ -7,11 +7,12 @@
 -- KEYS[3]  <prefix>tried    sorted set, the items tried (attempts > 0) by next attempt
 -- ARGV[1]  the prefix (item keys, <prefix>queue:<q>, <prefix>tried_queue:<q>)
 -- ARGV[2]  now (µs): decides due, scheduled and leased
--- ARGV[3…] the queues to count
+-- ARGV[3]  core.items.NEVER (µs): the score of the items kept failed, which are in no tried set
+-- ARGV[4…] the queues to count
 --
--- Returns per scope — the whole queue first, then each queue of ARGV[3…] — {due, scheduled, deferred,
--- leased}: each item in exactly one state, as `QueueItem.state_at` decides it.
-local prefix, now_s = ARGV[1], ARGV[2]
+-- Returns per scope — the whole queue first, then each queue of ARGV[4…] — {due, scheduled, deferred,
+-- leased, failed}: each item in exactly one state, as `QueueItem.state_at` decides it.
+local prefix, now_s, never = ARGV[1], ARGV[2], ARGV[3]
 local now = tonumber(now_s)
 
 -- The items leased now: {queue, tried, due} each (a lease past its time is not one: the item is in the
@@ -29,7 +30,8 @@ end
 local function counts(all_key, tried_key, queue)
   local total, tried = redis.call('ZCARD', all_key), redis.call('ZCARD', tried_key)
   local all_due, tried_due = redis.call('ZCOUNT', all_key, '-inf', now_s), redis.call('ZCOUNT', tried_key, '-inf', now_s)
-  local due, scheduled, deferred, leased = all_due - tried_due, (total - all_due) - (tried - tried_due), tried, 0
+  local failed = redis.call('ZCOUNT', all_key, never, never)
+  local due, scheduled, deferred, leased = all_due - tried_due, (total - all_due) - (tried - tried_due) - failed, tried, 0
   for _, l in ipairs(held) do
     if queue == nil or l.queue == queue then
       leased = leased + 1
@@ -42,11 +44,11 @@ local function counts(all_key, tried_key, queue)
       end
     end
   end
-  return {math.max(due, 0), math.max(scheduled, 0), math.max(deferred, 0), leased}
+  return {math.max(due, 0), math.max(scheduled, 0), math.max(deferred, 0), leased, failed}
 end
 
 local out = {counts(KEYS[1], KEYS[3], nil)}
-for i = 3, #ARGV do
+for i = 4, #ARGV do
   table.insert(out, counts(prefix .. 'queue:' .. ARGV[i], prefix .. 'tried_queue:' .. ARGV[i], ARGV[i]))
 end
 return out

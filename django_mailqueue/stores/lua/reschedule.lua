@@ -11,12 +11,13 @@
 -- With an owner: only while that owner holds the lease, which it lets go of (the
 -- item goes back to its queue's ready set). Without: the lease, if any, stays.
 -- Idle workers are told, since the item may be due now.
--- Returns 1 when moved, 0 when there is no such item or the owner does not hold it.
+-- Returns 1 when moved, 0 when there is no such item, it is kept failed (failed.lua sends it again), or the
+-- owner does not hold it.
 local prefix, id, due, owner = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local key = prefix .. 'item:' .. id
-local f = redis.call('HMGET', key, 'owner', 'expires', 'member', 'queue', 'domains', 'attempts')
+local f = redis.call('HMGET', key, 'owner', 'expires', 'member', 'queue', 'domains', 'attempts', 'failed')
 local member, queue = f[3], f[4]
-if not member then
+if not member or f[7] then
   return 0
 end
 if owner ~= '' then

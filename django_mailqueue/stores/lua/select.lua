@@ -6,7 +6,7 @@
 -- ARGV[1]  the prefix (item keys, <prefix>queue:<q>, <prefix>domain:<d>, <prefix>tried,
 --          <prefix>tried_queue:<q>, <prefix>tried_domain:<d>)
 -- ARGV[2]  now (µs): decides due, scheduled and leased
--- ARGV[3]  state: 'due', 'scheduled', 'deferred', 'leased', or '' for any
+-- ARGV[3]  state: 'due', 'scheduled', 'deferred', 'leased', 'failed', or '' for any
 -- ARGV[4]  queue, or '' for any
 -- ARGV[5]  domain (lowercase), or '' for any
 -- ARGV[6]  offset: how many passing items to pass over first
@@ -14,10 +14,13 @@
 -- ARGV[8]  '1': the latest next attempt first, else ''
 -- ARGV[9]  'list' or 'count'
 -- ARGV[10] the rank of the index to start at (a 'list' reply's first element), or '' for its first
+-- ARGV[11] core.items.NEVER (µs): the score of the items kept failed in every set but the tried ones, which
+--          they leave (complete.lua's 'keep'); scheduled items end before it
 --
 -- The scope is a domain's items, else a queue's, else all; one index is walked in the list's order —
 -- the scope's tried set for "deferred", else the scope's set — from the first rank whose score may pass
--- (due items end at now, scheduled ones begin after it); each member's item is read and tested for the
+-- (due items end at now, scheduled ones begin after it and end before NEVER, where the failed ones are); each
+-- member's item is read and tested for the
 -- filters the index does not decide. The leased items are those of `leases` whose lease runs past now:
 -- few, read one by one and sorted. A count of one scope (not a domain and a queue together) is
 -- sorted-set arithmetic: ZCARD and ZCOUNT of the scope's set and of its tried set, less the leased items.
@@ -29,11 +32,12 @@ local now = tonumber(now_s)
 local state, queue, domain = ARGV[3], ARGV[4], ARGV[5]
 local offset, limit = tonumber(ARGV[6]), tonumber(ARGV[7])
 local reverse, mode = ARGV[8] == '1', ARGV[9]
+local never = ARGV[11]
 
--- queue, owner, expires, attempts, next; nil when the item is gone
+-- queue, owner, expires, attempts, next, failed; nil when the item is gone
 local function read(member)
   local f = redis.call('HMGET', prefix .. 'item:' .. string.sub(member, 18), 'queue', 'owner', 'expires',
-                       'attempts', 'next')
+                       'attempts', 'next', 'failed')
   if not f[1] then
     return nil
   end
@@ -45,6 +49,9 @@ local function leased(f)
 end
 
 local function state_of(f)
+  if f[6] then
+    return 'failed'
+  end
   if leased(f) then
     return 'leased'
   end
@@ -99,6 +106,8 @@ if mode == 'count' and (domain == '' or queue == '') then
   local n
   if state == '' then
     n = redis.call('ZCARD', all_key)
+  elseif state == 'failed' then
+    n = redis.call('ZCOUNT', all_key, never, never)
   else
     local held = {}
     for _, l in ipairs(leased_now()) do
@@ -118,7 +127,7 @@ if mode == 'count' and (domain == '' or queue == '') then
     else
       local lo, hi = '-inf', now_s
       if state == 'scheduled' then
-        lo, hi = '(' .. now_s, '+inf'
+        lo, hi = '(' .. now_s, '(' .. never
       end
       n = redis.call('ZCOUNT', all_key, lo, hi) - redis.call('ZCOUNT', tried_key, lo, hi)
       for _, l in ipairs(held) do
@@ -176,6 +185,9 @@ if state == 'due' then
   last = redis.call('ZCOUNT', key, '-inf', now_s) - 1
 elseif state == 'scheduled' then
   first = redis.call('ZCOUNT', key, '-inf', now_s)
+  last = redis.call('ZCOUNT', key, '-inf', '(' .. never) - 1
+elseif state == 'failed' then
+  first = redis.call('ZCOUNT', key, '-inf', '(' .. never)
 end
 local pos = reverse and last or first
 if ARGV[10] ~= '' then

@@ -62,6 +62,9 @@ class Dialect(abc.ABC):
         with transaction.atomic(using=self.alias):
             yield
 
+    def wake(self, conn: BaseDatabaseWrapper) -> None:  # noqa: B027 - the portable dialect wakes no one
+        """Tell idle workers items became due, in the write's transaction (`send_again`), as an add does."""
+
     @abc.abstractmethod
     def add_rows(
         self, conn: BaseDatabaseWrapper, items: Sequence[NewItem], now: datetime, now_us: int

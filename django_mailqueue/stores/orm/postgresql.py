@@ -71,6 +71,10 @@ class PostgresDialect(HandWritten, PortableDialect):
                     cursor.execute(statement(self.name, "read_committed" if durable else "read_committed_lease"))
             yield
 
+    def wake(self, conn: BaseDatabaseWrapper) -> None:
+        with conn.cursor() as cursor:
+            cursor.execute("SELECT pg_notify(%s, '')", [NOTIFY_CHANNEL])
+
     def add_rows(
         self, conn: BaseDatabaseWrapper, items: Sequence[NewItem], now: datetime, now_us: int
     ) -> builtins.list[QueueItem]:

@@ -28,13 +28,14 @@ ITEM_FIELDS = (
     "delay_warned",
     "message_id",
     "subject",
+    "failed_at",
 )
 #: A recipient's row, its columns in this order (the item's `seq` first).
 RECIPIENT_FIELDS = ("item_id", "id", "address", "state", "reply_code", "reply_status", "reply_text", "remote_mta")
 #: What an outcome writes back to a recipient's row: these, then the row's `id`.
 RECIPIENT_WRITTEN = ("state", "reply_code", "reply_status", "reply_text", "remote_mta")
 #: What an outcome writes back to a kept item's row: these, then its `seq`; the lease is let go besides.
-ITEM_WRITTEN = ("attempts", "next_attempt", "revision", "delay_warned")
+ITEM_WRITTEN = ("attempts", "next_attempt", "revision", "delay_warned", "failed_at")
 
 ItemRow = tuple[Any, ...]
 RecipientRow = tuple[Any, ...]
@@ -58,6 +59,7 @@ def to_item(row: ItemRow, recipients: Sequence[RecipientRow]) -> QueueItem:
         delay_warned,
         message_id,
         subject,
+        failed_at,
     ) = row
     return QueueItem(
         id=item_id,
@@ -83,6 +85,7 @@ def to_item(row: ItemRow, recipients: Sequence[RecipientRow]) -> QueueItem:
         delay_warned=delay_warned,
         message_id=message_id,
         subject=subject,
+        failed_at=from_micros(failed_at) if failed_at is not None else None,
     )
 
 
@@ -91,11 +94,11 @@ class CompletionPlan:
     """What `complete_many` answers and writes, decided from the items' rows as they were read."""
 
     answers: list[QueueItem | None | QueueError] = field(default_factory=list)
-    #: items to drop (every recipient final), by `seq`
+    #: items to drop (every recipient final, not kept failed), by `seq`
     dropped: list[int] = field(default_factory=list)
     #: RECIPIENT_WRITTEN then `id`, of each recipient whose row changes
     changed: list[tuple[Any, ...]] = field(default_factory=list)
-    #: ITEM_WRITTEN then `seq`, of each item kept
+    #: ITEM_WRITTEN then `seq`, of each item left in the store
     kept: dict[int, tuple[Any, ...]] = field(default_factory=dict)
 
 
@@ -126,13 +129,21 @@ def plan_completions(
         after = apply_completion(before, request.completion)
         plan.answers.append(after)
         revision[request.item_id] = after.revision  # a second request for the same item is stale
-        if after.done:
+        if after.done and not after.kept:
             plan.dropped.append(seq)
             continue
         for rec_row, old, new in zip(recipients[seq], before.recipients, after.recipients, strict=True):
             if new != old:
                 plan.changed.append(recipient_written(new, rec_row[1]))
-        plan.kept[seq] = (after.attempts, to_micros(after.next_attempt), after.revision, after.delay_warned, seq)
+        failed_at = to_micros(after.failed_at) if after.failed_at is not None else None
+        plan.kept[seq] = (
+            after.attempts,
+            to_micros(after.next_attempt),
+            after.revision,
+            after.delay_warned,
+            failed_at,
+            seq,
+        )
     return plan
 
 

@@ -59,6 +59,9 @@ class SqliteDialect(HandWritten, PortableDialect):
         # SQLite keeps a UUID as 32 hex digits and a boolean as 0 or 1.
         return (row[0], uuid.UUID(hex=row[1]), *row[2:12], bool(row[12]), *row[13:])
 
+    def wake(self, conn: BaseDatabaseWrapper) -> None:
+        self.adds += 1
+
     def add_rows(
         self, conn: BaseDatabaseWrapper, items: Sequence[NewItem], now: datetime, now_us: int
     ) -> builtins.list[QueueItem]:

@@ -46,7 +46,7 @@ from ..inputs import (
     check_suspend,
     check_take,
 )
-from . import shaping, suppression
+from . import failed, shaping, suppression
 from .base import Dialect
 from .portable import PortableDialect, due, orm_recipients
 from .postgresql import PostgresDialect
@@ -65,8 +65,9 @@ _ORDER_BY = {
     ItemOrder.OLDEST: ("seq",),
     ItemOrder.NEWEST: ("-seq",),
 }
-#: The states that are a range of next attempts (before now, after it): counted in the due index's order.
-_RANGES = (ItemState.DUE, ItemState.SCHEDULED)
+#: The states that are a range of next attempts (before now, after it, `NEVER`): counted in the due index's order.
+_RANGES = (ItemState.DUE, ItemState.SCHEDULED, ItemState.FAILED)
+_NEVER_US = failed.NEVER_US
 #: A search whose indexes find at most this many items lists them by key; more, it is tested on each row read
 #: in the list's order (where matches are that common, a page of them comes early).
 SEARCH_BOUND = 3_000
@@ -322,12 +323,24 @@ class OrmStore(QueueStore):
         if owner is not None:
             check_owner(owner)
         with self._write():
-            target = QueuedItem.objects.using(self.alias).filter(id=item_id)
+            target = QueuedItem.objects.using(self.alias).filter(id=item_id, failed_at__isnull=True)
             if owner is not None:
                 moved = target.filter(owner=owner).update(next_attempt=to_micros(at), owner=None, lease_expires=None)
             else:
                 moved = target.update(next_attempt=to_micros(at))
             return moved > 0
+
+    @_own_write
+    def send_again(self, item_ids: Sequence[uuid.UUID], *, now: datetime) -> builtins.list[QueueItem | None]:
+        check_aware(now, "now")
+        with self._write() as conn:
+            return failed.send_again(self.dialect, conn, item_ids, now)
+
+    @_own_write
+    def prune_failed(self, *, before: datetime) -> int:
+        check_aware(before, "before")
+        with self._write():
+            return failed.prune(self.dialect, before)
 
     @_own_write
     def cancel(self, item_id: uuid.UUID) -> QueueItem | None:
@@ -436,12 +449,14 @@ class OrmStore(QueueStore):
             leased = Q(owner__isnull=False, lease_expires__gt=now_us)
             if query.state is ItemState.LEASED:
                 rows = rows.filter(leased)
+            elif query.state is ItemState.FAILED:
+                rows = rows.filter(next_attempt=_NEVER_US)
             elif query.state is ItemState.DEFERRED:
-                rows = rows.filter(attempts__gt=0).exclude(leased)
+                rows = rows.filter(attempts__gt=0, next_attempt__lt=_NEVER_US).exclude(leased)
             elif query.state is ItemState.DUE:
                 rows = rows.filter(attempts=0, next_attempt__lte=now_us).exclude(leased)
             else:
-                rows = rows.filter(attempts=0, next_attempt__gt=now_us).exclude(leased)
+                rows = rows.filter(attempts=0, next_attempt__gt=now_us, next_attempt__lt=_NEVER_US).exclude(leased)
         return rows
 
     def list(
@@ -499,6 +514,7 @@ class OrmStore(QueueStore):
         now_us = to_micros(now)
         leased = Q(owner__isnull=False, lease_expires__gt=now_us)
         state = models.Case(
+            models.When(next_attempt=_NEVER_US, then=models.Value(ItemState.FAILED.value)),
             models.When(leased, then=models.Value(ItemState.LEASED.value)),
             models.When(attempts__gt=0, then=models.Value(ItemState.DEFERRED.value)),
             models.When(next_attempt__lte=now_us, then=models.Value(ItemState.DUE.value)),

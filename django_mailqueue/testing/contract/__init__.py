@@ -16,7 +16,7 @@ store of your own overrides `lose_message(store, item_id)`, else that test
 is skipped. Thread tests call `end_thread()` in each thread they start;
 the default closes Django's database connections. Each part of the contract
 is a class of its own (`Adding`, `Leasing`, `Completing`, `CompletingWithDsns`,
-`Reading`, `Shaping`, `Suppressing`), should a store want to run only some.
+`KeepingFailed`, `Reading`, `Shaping`, `Suppressing`), should a store want to run only some.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from __future__ import annotations
 from .adding import Adding
 from .completing import Completing
 from .dsns import CompletingWithDsns
+from .failed import KeepingFailed
 from .leasing import Leasing
 from .reading import Reading
 from .shaping import Shaping
@@ -39,6 +40,7 @@ __all__ = [
     "Completing",
     "CompletingWithDsns",
     "ContractBase",
+    "KeepingFailed",
     "Leasing",
     "QueueStoreContract",
     "Reading",
@@ -51,5 +53,5 @@ __all__ = [
 ]
 
 
-class QueueStoreContract(Adding, Leasing, Completing, CompletingWithDsns, Reading, Shaping, Suppressing):
+class QueueStoreContract(Adding, Leasing, Completing, CompletingWithDsns, KeepingFailed, Reading, Shaping, Suppressing):
     """The promises of `QueueStore`, checked against the store `make_store` builds."""
