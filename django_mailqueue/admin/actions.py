@@ -1,4 +1,5 @@
-"""The queue's admin actions — send now, reschedule, cancel — each with its own permission, done through the store."""
+"""The queue's admin actions — send now, reschedule, cancel, send again — each with its own permission, done
+through the store."""
 
 from __future__ import annotations
 
@@ -43,7 +44,9 @@ class QueueAction:
 SEND_NOW = QueueAction("send_now", "Send now", "send_now_queueditem", "Sent now")
 RESCHEDULE = QueueAction("reschedule", "Reschedule…", "reschedule_queueditem", "Rescheduled")
 CANCEL = QueueAction("cancel", "Cancel…", "cancel_queueditem", "Cancelled")
-ACTIONS: tuple[QueueAction, ...] = (SEND_NOW, RESCHEDULE, CANCEL)
+#: a failed item kept (`KEEP_FAILED`) back in the queue: its failed recipients pending, due now
+SEND_AGAIN = QueueAction("send_again", "Send again", "send_again_queueditem", "Sent again")
+ACTIONS: tuple[QueueAction, ...] = (SEND_NOW, RESCHEDULE, CANCEL, SEND_AGAIN)
 ACTIONS_BY_NAME = {action.name: action for action in ACTIONS}
 
 
@@ -104,6 +107,25 @@ def cancel_items(store: QueueStore, ids: Sequence[uuid.UUID], *, now: datetime) 
             result.done.append(item)
             if item.leased_at(now):
                 result.leased.append(item)
+    return result
+
+
+def send_items_again(store: QueueStore, ids: Sequence[uuid.UUID], *, now: datetime) -> ActionResult:
+    """Send each kept failed item again (`QueueStore.send_again`), `ACROSS_BATCH` in a store call; an item not
+    failed (any more) is left as it is, counted with those gone."""
+    result = ActionResult()
+    for start in range(0, len(ids), ACROSS_BATCH):
+        batch = ids[start : start + ACROSS_BATCH]
+        try:
+            again = store.send_again(batch, now=now)
+        except QueueError as exc:
+            result.errors.append(f"{len(batch)} items from {batch[0]}: {exc}")
+            continue
+        for item_id, item in zip(batch, again, strict=True):
+            if item is None:
+                result.gone.append(item_id)
+            else:
+                result.done.append(item)
     return result
 
 

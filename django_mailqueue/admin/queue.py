@@ -45,6 +45,7 @@ from .actions import (
     MAX_ITEMS_ACROSS,
     MAX_ITEMS_PER_ACTION,
     RESCHEDULE,
+    SEND_AGAIN,
     SEND_NOW,
     ActionResult,
     QueueAction,
@@ -54,6 +55,7 @@ from .actions import (
     log_action,
     matching_ids,
     move_items,
+    send_items_again,
 )
 from .headers import page_url, store_pages
 from .listing import (
@@ -167,9 +169,7 @@ class QueueAdmin(ReadOnlyRows, _ModelAdmin):
             recipients_html=wrappable_list(addresses[:RECIPIENTS_SHOWN]),
             due=item.next_attempt <= now,
             url=self._url("change", item.id),
-            next_label=f"due {span(now - item.next_attempt)}".rstrip()
-            if item.next_attempt <= now
-            else f"in {span(item.next_attempt - now) or '< 1 s'}",
+            next_label=next_label(item, now),
             age_label=span(now - item.created) or "< 1 s",
         )
 
@@ -279,7 +279,7 @@ class QueueAdmin(ReadOnlyRows, _ModelAdmin):
                 for r in item.recipients
             ],
             preview=preview,
-            actions=allowed_actions(request),
+            actions=[a for a in allowed_actions(request) if (a is SEND_AGAIN) is item.kept or a is CANCEL],
             item_history_url=reverse(f"{self.admin_site.name}:{self.opts.app_label}_deliveryrecord_changelist")
             + "?"
             + urlencode({"q": str(item.id)}),
@@ -329,7 +329,7 @@ class QueueAdmin(ReadOnlyRows, _ModelAdmin):
         beyond = self._past_lifetime(store, selection, at) if action is RESCHEDULE and confirmed else 0
         if beyond and request.POST.get("past_lifetime") != "yes":
             confirmed = False
-        if not confirmed and (action is not SEND_NOW or across):
+        if not confirmed and (action not in (SEND_NOW, SEND_AGAIN) or across):
             return self._confirm(request, action, selection, back, now, form=form, past_lifetime=beyond)
         try:
             ids = matching_ids(store, selection.query) if isinstance(selection, _Across) else selection
@@ -342,6 +342,8 @@ class QueueAdmin(ReadOnlyRows, _ModelAdmin):
             if back.startswith(self._url("changelist")) and back.rstrip("/").endswith("/change"):
                 back = self._url("changelist")
             return self._finish(request, action, result, back, detail="")
+        if action is SEND_AGAIN:
+            return self._finish(request, action, send_items_again(store, ids, now=now), back, detail="")
         result = move_items(store, ids, at=at, now=now)
         return self._finish(request, action, result, back, detail="" if action is SEND_NOW else f"to {at.isoformat()}")
 
@@ -395,7 +397,11 @@ class QueueAdmin(ReadOnlyRows, _ModelAdmin):
                 messages.WARNING,
             )
             return HttpResponseRedirect(back)
-        titles = {SEND_NOW: "Send queued messages now", RESCHEDULE: "Reschedule queued messages"}
+        titles = {
+            SEND_NOW: "Send queued messages now",
+            RESCHEDULE: "Reschedule queued messages",
+            SEND_AGAIN: "Send failed messages again",
+        }
         count = matching.count if matching is not None else len(rows)
         context = self._context(
             request,
@@ -427,7 +433,12 @@ class QueueAdmin(ReadOnlyRows, _ModelAdmin):
         done = len(result.done)
         if done:
             noun = "queued message" if done == 1 else "queued messages"
-            what = {SEND_NOW: "due now", RESCHEDULE: f"rescheduled {detail}", CANCEL: "cancelled"}[action]
+            what = {
+                SEND_NOW: "due now",
+                RESCHEDULE: f"rescheduled {detail}",
+                CANCEL: "cancelled",
+                SEND_AGAIN: "sent again: failed recipients pending, due now",
+            }[action]
             names = ", ".join(item_repr(item) for item in result.done[:3]) + (" …" if done > 3 else "")
             self.message_user(request, f"{done} {noun} {what}: {names}", messages.SUCCESS)
         if result.leased:
@@ -444,7 +455,9 @@ class QueueAdmin(ReadOnlyRows, _ModelAdmin):
         if result.gone:
             self.message_user(
                 request,
-                f"{len(result.gone)} no longer in the queue (delivered, failed or cancelled meanwhile).",
+                f"{len(result.gone)} not failed (only a failed item is sent again), or no longer in the queue."
+                if action is SEND_AGAIN
+                else f"{len(result.gone)} no longer in the queue (delivered, failed or cancelled meanwhile).",
                 messages.WARNING,
             )
         for error in result.errors:
@@ -537,6 +550,15 @@ class _Across:
         labels = {"state": "state", "queue": "queue", "domain": "recipient domain", "q": "search"}
         shown = [f"{labels[name]} {value!r}" for name, value in self.params.hidden(exclude=()) if name in labels]
         return ", ".join(shown) or "none (the whole queue)"
+
+
+def next_label(item: QueueItem, now: datetime) -> str:
+    """The list's "next attempt" cell: "due 5 min", "in 2 h 10 min", or for a kept failed item "failed 3 h ago"."""
+    if item.failed_at is not None:
+        return f"failed {span(now - item.failed_at) or '< 1 s'} ago"
+    if item.next_attempt <= now:
+        return f"due {span(now - item.next_attempt)}".rstrip()
+    return f"in {span(item.next_attempt - now) or '< 1 s'}"
 
 
 def _counts_cheaply(store: QueueStore, query: ItemQuery) -> bool:
