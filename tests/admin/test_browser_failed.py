@@ -16,7 +16,7 @@ from django.core.management import call_command
 from django_mailqueue.core.items import ItemQuery, ItemState, RecipientState
 from django_mailqueue.stores import get_store
 from tests.admin.conftest import ORM_STORE, PASSWORD, make_staff, redis_store_config
-from tests.admin.test_browser_list import HEIGHT, LIST_PATH, WIDTH, assert_no_sideways_scroll, shoot
+from tests.admin.test_browser_list import HEIGHT, HISTORY_PATH, LIST_PATH, WIDTH, assert_no_sideways_scroll, shoot
 from tests.support.services import drop_redis_keys
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -86,6 +86,12 @@ def test_a_failed_item_is_kept_sent_again_from_the_list_and_delivered(
     shoot(
         browser, screenshots if request.node.callspec.params["failing_world"] == "orm" else None, "admin-queue-failed"
     )
+
+    # the history's record of the failure links to the item while it is kept
+    open_page(browser, live_server.url + HISTORY_PATH + f"?q={kept.id}")
+    links = browser.find_elements(By.CSS_SELECTOR, "a.mq-item-link")
+    assert links and all(link.get_attribute("href").endswith(f"{LIST_PATH}{kept.id}/change/") for link in links)
+    assert "failed" in browser.find_element(By.ID, "result_list").text
 
     # the item's page offers Send again (and no Send now for an item that is never due)
     open_page(browser, live_server.url + LIST_PATH + f"{kept.id}/change/")
