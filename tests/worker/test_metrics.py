@@ -22,7 +22,7 @@ from django_mailqueue import signals
 from django_mailqueue.conf import get_settings, load_settings
 from django_mailqueue.core.clock import SystemClock
 from django_mailqueue.core.errors import Code, QueueError
-from django_mailqueue.core.items import NewItem, Reply
+from django_mailqueue.core.items import ItemQuery, ItemState, NewItem, Reply
 from django_mailqueue.metrics.labels import route_label, status_class
 from django_mailqueue.metrics.worker import WorkerMetrics
 from django_mailqueue.stores import get_store
@@ -182,7 +182,9 @@ def test_mailqueue_work_serves_metrics_on_its_port(
     wait_until(all_recorded, 60, "8 attempts in the worker's metrics", interval=0.2)
     check_counts(seen[-1])
     assert f"metrics on http://127.0.0.1:{port}/metrics" in worker.stderr
-    assert store.count() == 2  # the deferred ones, which is what the queue collector counts
+    # the deferred ones, which is what the queue collector counts as waiting, and the one failed (KEEP_FAILED)
+    assert store.count() == 3
+    assert store.count(ItemQuery(state=ItemState.FAILED, now=SystemClock().now())) == 1
     worker.signal(signal.SIGTERM)
     assert worker.wait(30) == 0
     store.close()
