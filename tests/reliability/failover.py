@@ -144,6 +144,7 @@ def run_failover(config: FailoverConfig) -> FailoverReport:
             "RETRY_DELAYS": [1, 2],
             "DELAY_WARNING": None,
             "HISTORY_DAYS": 0,
+            "KEEP_FAILED": 0,  # the run waits for an empty store: a failed item leaves at once
             "CONCURRENCY": config.concurrency,
         }
         env = {

@@ -169,6 +169,7 @@ def run_settings(store: dict[str, Any], dns: DnsServer, mx_port: int, lease: flo
         # the faults' 421s suspend their destination (docs/shaping.md): as briefly as the retries here
         "SHAPING": {"*": {"SUSPEND": 1, "SUSPEND_MAX": 2}},
         "MAX_RECLAIMS": 1000,  # a killed worker's item is reclaimed, never failed, in this run
+        "KEEP_FAILED": 0,  # the run waits for an empty queue: a failed item leaves at once
         "DELAY_WARNING": None,
         "TIMEOUTS": {
             "CONNECT": 2,

@@ -55,7 +55,8 @@ async def run_until(worker: Worker, done: object, timeout: float) -> None:
 
 
 def settings(**extra: object) -> QueueSettings:
-    values: dict[str, object] = {"lease": 1.0, "retry_delays": (0.2,), **extra}
+    # KEEP_FAILED 0: these runs wait for an empty queue, a failed item leaving at once
+    values: dict[str, object] = {"lease": 1.0, "retry_delays": (0.2,), "keep_failed": 0, **extra}
     return QueueSettings(hostname="mq.test.example", poll_interval=0.1, history_days=0, **values)  # type: ignore[arg-type]
 
 
