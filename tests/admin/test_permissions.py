@@ -10,6 +10,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
+from django_mailqueue.core.items import Completion, NewItem, QueueItem, RecipientOutcome, RecipientState, Reply
 from django_mailqueue.stores.base import QueueStore
 from tests.admin.conftest import PASSWORD, make_staff
 from tests.admin.queue_data import Queue
@@ -157,3 +158,40 @@ def test_the_history_is_read_only(operator: User, queue: Queue) -> None:
     assert page.status_code == 200 and b'type="submit"' not in page.content.split(b'id="content-main"')[1]
     record.refresh_from_db()
     assert record.state == "delivered"
+
+
+def kept_failed(store: QueueStore) -> QueueItem:
+    """An item a worker failed and kept (`KEEP_FAILED`), as `complete` keeps it."""
+    now = datetime.now(UTC)
+    added = store.add(
+        NewItem("billing@origin.test", ("client@dest.test",), b"Subject: x\r\n\r\nx\r\n"), now=now - timedelta(days=3)
+    )
+    (item,) = store.claim(owner="w", now=now, lease_expires=now + timedelta(minutes=5))  # the earliest due: it
+    assert item.id == added.id
+    refused = RecipientOutcome("client@dest.test", RecipientState.FAILED, Reply(550, "5.7.1", "Account expired"))
+    completion = Completion((refused,), next_attempt=now, now=now, keep_failed=True)
+    kept = store.complete(item.id, owner="w", revision=item.revision, completion=completion)
+    assert kept is not None and kept.kept
+    return kept
+
+
+def test_send_again_takes_its_own_permission(queue: Queue, store: QueueStore) -> None:
+    kept = kept_failed(store)
+    post = {"action": "send_again", "item": [str(kept.id)]}
+    # the other actions' permissions do not send a failed item again
+    others = client_for(make_staff("others", "view_queueditem", "send_now_queueditem", "reschedule_queueditem"))
+    assert '<option value="send_again">' not in others.get(reverse(LIST)).content.decode()
+    assert others.post(reverse(ACTION), post).status_code == 403
+    assert others.post(reverse(ACTION), {"action": "send_now", "item": [str(kept.id)]}).status_code == 302
+    assert store.get(kept.id) == kept  # "send now" leaves a failed item as it is
+    client = client_for(make_staff("again", "view_queueditem", "send_again_queueditem"))
+    listing = client.get(reverse(LIST), {"state": "failed"}).content.decode()
+    assert '<option value="send_again">' in listing and str(kept.id) in listing
+    # a ticked item is sent at once; one not failed is left as it is
+    response = client.post(reverse(ACTION), {**post, "item": [str(kept.id), str(queue.scheduled.id)]}, follow=True)
+    notes = [str(m) for m in response.context["messages"]]
+    assert any("1 queued message sent again" in n for n in notes) and any("1 not failed" in n for n in notes)
+    again = store.get(kept.id)
+    assert again is not None and not again.kept and again.recipients[0].state is RecipientState.PENDING
+    assert store.get(queue.scheduled.id) == queue.scheduled
+    assert LogEntry.objects.filter(object_id=str(kept.id), change_message="Sent again.").count() == 1
