@@ -10,7 +10,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ("django_mailqueue", "0010_search_indexes"),
+        ("django_mailqueue", "0011_history_order_indexes"),
     ]
 
     operations = [
