@@ -176,7 +176,7 @@ class RedisReading(QueueStore):
     def _overview_counts(self, summary: QueueSummary, *, now: datetime, bound: int) -> None:
         """overview.lua: every state's count, of the queue and of each queue, in one step (the leases read once)."""
         names = self.queues()
-        args: builtins.list[scripts.Arg] = [self.key_prefix, str(to_micros(now)), _NEVER, *names]
+        args: builtins.list[scripts.Arg] = [self.keys.prefix, str(to_micros(now)), _NEVER, *names]
         keys = [self.keys.items, self.keys.leases, self.keys.tried]
         scopes = self._do(lambda client: scripts.OVERVIEW.run(client, keys, args))
         order = (ItemState.DUE, ItemState.SCHEDULED, ItemState.DEFERRED, ItemState.LEASED, ItemState.FAILED)
