@@ -169,13 +169,14 @@ def test_the_list_page_of_a_million_item_queue(
         admin_client.get(url, params)  # warm the caches, as a second visit would
         # the page and its recipients; and the totals, each a count to a bound (none for a search, which asks
         # the trigram indexes first)
-        with django_assert_max_num_queries(4 if label == "search" else 7, connection=connections[pg_alias]):
+        with django_assert_max_num_queries(4 if label == "search" else 8, connection=connections[pg_alias]):
             started = time.perf_counter()
             page = admin_client.get(url, params)
             timings[label] = time.perf_counter() - started
         assert page.status_code == 200
         rows = page.content.decode().count("<tr data-item=")
-        assert rows == (QueueAdmin.list_per_page if label not in ("domain=d42.test", "search") else rows) and rows > 0
+        narrow = ("domain=d42.test", "search", "state=failed")  # one item in 1,000 is kept failed
+        assert rows == (QueueAdmin.list_per_page if label not in narrow else rows) and rows > 0
     with django_assert_max_num_queries(8):  # the session, the user and its permissions, on "default"
         admin_client.get(url)
     started = time.perf_counter()
