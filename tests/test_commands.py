@@ -74,7 +74,8 @@ def test_status_lists_the_suspended_destinations() -> None:
     assert json.loads(run("mailqueue_status", "--json"))["suspended"] == []
     assert "suspended destinations: none" in run("mailqueue_status")
     throttled = Reply(421, "4.7.0", "Try again later, closing connection")
-    store.suspend(".google.com", until=now + timedelta(minutes=5), reply=throttled, now=now - timedelta(minutes=9))
+    # an episode that ended, then a new one: two strikes
+    store.suspend(".google.com", until=now - timedelta(minutes=4), reply=throttled, now=now - timedelta(minutes=9))
     store.suspend(".google.com", until=now + timedelta(minutes=10), reply=throttled, now=now)
     store.suspend("over.example", until=now - timedelta(seconds=1), reply=LATER, now=now - timedelta(minutes=1))
     (suspended,) = json.loads(run("mailqueue_status", "--json"))["suspended"]

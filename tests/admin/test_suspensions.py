@@ -46,7 +46,13 @@ class Held:
         self.held = self.add("a@gmail.example", "b@GMAIL.example")
         self.mixed = self.add("c@gmail.example", "d@other.example")
         self.elsewhere = self.add("e@other.example")
-        store.suspend("gmail.example", until=self.now + timedelta(minutes=10), reply=THROTTLED, now=self.now)
+        # an episode that ended, then a new one: two strikes
+        store.suspend(
+            "gmail.example",
+            until=self.now - timedelta(minutes=1),
+            reply=THROTTLED,
+            now=self.now - timedelta(minutes=10),
+        )
         self.suspension = store.suspend("gmail.example", until=self.until, reply=THROTTLED, now=self.now)
         store.suspend(".outlook.example", until=self.until, reply=Reply(451, "4.7.650", "rate limited"), now=self.now)
         assert store.defer_destination(["gmail.example"], until=self.until, now=self.now) == 2
