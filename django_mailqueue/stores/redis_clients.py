@@ -9,7 +9,7 @@ import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import redis
@@ -21,6 +21,7 @@ from ..core.masking import SecretMask
 from . import redis_connection as conn
 from . import redis_scripts as scripts
 from . import redis_sentinel as sentinel
+from .redis_cluster import MOST_REDIRECTS, AsyncSlotFinder, SlotFinder, is_redirect
 from .redis_layout import LAYOUT_VERSION, Keys, fields, text
 
 logger = logging.getLogger("django_mailqueue.stores.redis")
@@ -41,8 +42,10 @@ LONGEST_PAUSE = 1.0
 
 class RedisClients:
     """The clients of one store, made on first use from `url` (and `password`), a django-redis `cache`, or
-    `sentinel` (the primary its sentinels name); with `cluster`, `url` is any node of a Redis Cluster and the
-    clients are redis-py's cluster clients (each command sent to the primary of its keys' slot).
+    `sentinel` (the primary its sentinels name); with `cluster`, `url` is any node of a Redis Cluster, and the
+    clients are plain ones to the primary serving the queue's slot (every key of the queue is in it), found through
+    redis-py's cluster clients and found again when the slot moves (MOVED, ASK, TRYAGAIN, CLUSTERDOWN: the call is
+    sent again, up to `MOST_REDIRECTS` times) or its primary stops answering.
 
     With `failover_timeout` > 0, a call that fails because the primary is gone or read-only is sent again,
     pausing between tries, until it succeeds or that many seconds have passed since its first failure.
@@ -86,6 +89,9 @@ class RedisClients:
         self._pubsub: redis.asyncio.client.PubSub | None = None
         #: on a Cluster, the plain client of the `url`'s node the wake-up subscription is made on
         self._listener: AsyncClient[bytes] | None = None
+        #: on a Cluster, what finds the primary of the queue's slot: for the sync client, and for one event loop's
+        self._finder = SlotFinder(url, timeout, password, keys.schema) if cluster and url is not None else None
+        self._afinder: tuple[asyncio.AbstractEventLoop, AsyncSlotFinder] | None = None
         self.ready = False
 
     def sync(self) -> SyncClient[bytes]:
@@ -94,10 +100,8 @@ class RedisClients:
             return client
         with self._lock:
             if self._client is None:
-                if self._url is not None and self.cluster:
-                    # duck-typed: the store sends commands and pipelines, which a cluster client routes by slot
-                    cluster = conn.sync_cluster_client(self._url, self._timeout, self._password)
-                    self._client = cast("SyncClient[bytes]", cluster)
+                if self._finder is not None:
+                    self._client = self._finder.client()
                     self._owns_client = True
                 elif self._url is not None:
                     self._client = conn.sync_client_from_url(self._url, self._timeout, self._password)
@@ -130,9 +134,7 @@ class RedisClients:
         # An asyncio client belongs to the loop it connected on: a store used from a
         # new loop gets a new client (the worker's loop is one for its whole run).
         manager: Any = None
-        if self._url is not None and self.cluster:
-            client = cast("AsyncClient[bytes]", conn.async_cluster_client(self._url, self._timeout, self._password))
-        elif self._url is not None:
+        if self._url is not None:
             client = conn.async_client_from_url(self._url, self._timeout, self._password)
         else:
             if self._sentinel is None and self._async_settings is None:
@@ -146,6 +148,42 @@ class RedisClients:
         self._pubsub = None
         self._listener = None
         return client
+
+    async def _aclient(self) -> AsyncClient[bytes]:
+        """`async_()`, or on a Cluster the plain client of the slot's primary for the running loop."""
+        if self._finder is None:
+            return self.async_()
+        loop = asyncio.get_running_loop()
+        current = self._async
+        if current is not None and current[0] is loop:
+            return current[1]
+        if self._afinder is None or self._afinder[0] is not loop:
+            self._afinder = (loop, AsyncSlotFinder(self._finder.url, self._timeout, self._password, self.keys.schema))
+        client = await self._afinder[1].client()
+        current = self._async
+        if current is not None and current[0] is loop:  # found by a call made at the same time: one client
+            await _quietly(client.aclose())  # type: ignore[attr-defined, unused-ignore]
+            return current[1]
+        self._async = (loop, client, None)
+        self._pubsub = None
+        self._listener = None
+        return client
+
+    def _unpin(self) -> None:
+        """On a Cluster, after a redirect or a broken connection: the next call finds the slot's primary anew."""
+        assert self._finder is not None
+        with self._lock:
+            client, self._client = self._client, None
+        self._finder.lost()
+        if client is not None:
+            client.close()
+
+    async def _aunpin(self) -> None:
+        current, self._async = self._async, None
+        if self._afinder is not None:
+            self._afinder[1].lost()
+        if current is not None and current[0] is asyncio.get_running_loop():
+            await _quietly(current[1].aclose())  # type: ignore[attr-defined, unused-ignore]
 
     def do(self, work: Callable[[SyncClient[bytes]], T]) -> T:
         """Run `work` on the sync client: the prefix checked first, Redis's errors as `QueueError`s.
@@ -163,6 +201,8 @@ class RedisClients:
                         self._note_policy(client.config_get("maxmemory-policy"))
                 return work(client)
             except (scripts.ReplicasBehind, *DRIVER_ERRORS) as exc:
+                if self._finder is not None and (is_redirect(exc) or conn.follows_failover(exc)):
+                    self._unpin()
                 pause = self._pause_or_raise(exc, tries)
                 if isinstance(exc, redis.exceptions.ReadOnlyError) and self._client is not None and not self.cluster:
                     # a `url` that reached a replica: the next connections resolve and connect anew
@@ -173,17 +213,15 @@ class RedisClients:
         tries = _Tries(self.failover_timeout)
         while True:
             try:
-                client = self.async_()
-                if self.cluster:
-                    # the slot map read once, under the client's lock: redis-py's asyncio cluster client left to
-                    # do it on the first commands, when they come at once, breaks some of their connections
-                    await client.initialize()
+                client = await self._aclient()
                 if not self.ready:
                     self._check_schema(await scripts.SCHEMA.arun(client, [self.keys.schema], [LAYOUT_VERSION]))
                     with contextlib.suppress(redis.RedisError):
                         self._note_policy(await client.config_get("maxmemory-policy"))
                 return await work(client)
             except (scripts.ReplicasBehind, *DRIVER_ERRORS) as exc:
+                if self._finder is not None and (is_redirect(exc) or conn.follows_failover(exc)):
+                    await self._aunpin()
                 pause = self._pause_or_raise(exc, tries)
                 if isinstance(exc, redis.exceptions.ReadOnlyError) and self._async is not None and not self.cluster:
                     await self._async[1].connection_pool.disconnect(inuse_connections=False)
@@ -217,9 +255,9 @@ class RedisClients:
         Raises `STORE_UNAVAILABLE` when Redis cannot be reached.
         """
         try:
-            if self.cluster:  # every primary's: the first that is not noeviction
-                client: Any = self.sync()
-                replies = client.config_get("maxmemory-policy", target_nodes=redis.RedisCluster.PRIMARIES)
+            if self._finder is not None:  # every primary's: the first that is not noeviction
+                primaries = redis.RedisCluster.PRIMARIES
+                replies = self._finder.finder().config_get("maxmemory-policy", target_nodes=primaries)
                 policies = [_policy(reply) for reply in replies.values()]
                 if None in policies:
                     return None
@@ -264,11 +302,16 @@ class RedisClients:
             current, self._async = self._async, None
             pubsub, self._pubsub = self._pubsub, None
             listener, self._listener = self._listener, None
+            afinder, self._afinder = self._afinder, None
         if current is not None:
             loop, aclient, amanager = current
             if not loop.is_closed() and not loop.is_running():
                 loop.run_until_complete(_close_async(aclient, pubsub, amanager, listener))
+        if afinder is not None and not afinder[0].is_closed() and not afinder[0].is_running():
+            afinder[0].run_until_complete(_quietly(afinder[1].aclose()))
         self._close_sync(client, owned, manager)
+        if self._finder is not None:
+            self._finder.close()
 
     async def aclose(self) -> None:
         current, self._async = self._async, None
@@ -276,11 +319,16 @@ class RedisClients:
         listener, self._listener = self._listener, None
         if current is not None and current[0] is asyncio.get_running_loop():
             await _close_async(current[1], pubsub, current[2], listener)
+        afinder, self._afinder = self._afinder, None
+        if afinder is not None and afinder[0] is asyncio.get_running_loop():
+            await _quietly(afinder[1].aclose())
         with self._lock:
             client, self._client = self._client, None
             owned, self._owns_client = self._owns_client, False
             manager, self._sync_sentinel = self._sync_sentinel, None
         self._close_sync(client, owned, manager)
+        if self._finder is not None:
+            self._finder.close()
 
     @staticmethod
     def _close_sync(client: SyncClient[bytes] | None, owned: bool, manager: Any) -> None:
@@ -323,7 +371,7 @@ class RedisClients:
             return False
 
     async def _subscription(self) -> redis.asyncio.client.PubSub:
-        client = self.async_()
+        client = await self._aclient()
         if self._pubsub is None:
             if self.cluster:
                 # PUBLISH reaches every node of a Cluster: one node's subscription hears every add
@@ -375,8 +423,14 @@ class _Tries:
         self.limit = limit
         self.first_failure: float | None = None
         self.next_pause = FIRST_PAUSE
+        self.redirects = 0
 
     def pause(self, exc: BaseException) -> float | None:
+        if is_redirect(exc):  # not run: sent again (the slot map read anew), MOVED at once, the others after a pause
+            self.redirects += 1
+            if self.redirects > MOST_REDIRECTS:
+                return None
+            return 0.0 if isinstance(exc, redis.exceptions.MovedError) else FIRST_PAUSE * self.redirects
         if self.limit <= 0 or not conn.follows_failover(exc):
             return None
         now = time.monotonic()

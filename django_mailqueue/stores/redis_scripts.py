@@ -11,6 +11,8 @@ from typing import Any
 import redis
 import redis.asyncio
 
+from .redis_cluster import is_redirect
+
 #: What a script is given: names and values, as text or as bytes kept as they are.
 Arg = str | bytes | int
 
@@ -149,6 +151,9 @@ async def _apipelined(
 
 
 def _split(replies: list[Any], wait: Wait | None) -> tuple[list[Any], int | None]:
+    for reply in replies:
+        if is_redirect(reply):  # a Cluster's slot moved: no call was run there; the caller sends them again
+            raise reply
     if wait is None:
         return list(replies), None
     acked = replies[-1]

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from django_mailqueue.core.items import Completion, RecipientState
+from django_mailqueue.core.items import CompleteRequest, Completion, RecipientState
 from django_mailqueue.stores.base import QueueStore
 from django_mailqueue.stores.redis import RedisStore
 from django_mailqueue.testing import QueueStoreContract
@@ -155,3 +155,37 @@ def test_a_cluster_out_of_reach_is_store_unavailable(cluster: ClusterSetup) -> N
 
     for error in (sync_refused.value, asyncio.run(later())):
         assert error.code == Code.STORE_UNAVAILABLE and "127.0.0.1" in error.message, error
+
+
+def test_the_store_follows_its_slot_to_another_primary(cluster: ClusterSetup) -> None:
+    """The store talks to the slot's primary with a plain client: when the slot moves (MOVED), the sync and the
+    asyncio side read the slot map anew and send the call again, nothing lost or done twice."""
+    store = RedisStore(cluster.options(key_prefix=_prefix("moved")))
+    try:
+        added = store.add_many([new_item([f"r{i}@example.org"]) for i in range(6)], now=T0)
+        before = cluster.node_of(store.keys.schema)
+        after = cluster.move_slot_of(store.keys.schema)
+        assert after != before and cluster.node_of(store.keys.schema) == after
+        first = store.claim(owner="w", now=T0, lease_expires=at(60), limit=3)  # MOVED, then sent again
+
+        async def run() -> list[uuid.UUID]:
+            claimed = await store.aclaim(owner="w", now=T0, lease_expires=at(60), limit=3)
+            ids = [item.id for item in claimed]
+            cluster.move_slot_of(store.keys.schema)  # and again, under the asyncio client
+            requests = [
+                CompleteRequest(item.id, "w", item.revision, Completion((outcome(item.recipients[0].address,
+                    RecipientState.DELIVERED),), T0))
+                for item in [*first, *claimed]
+            ]  # fmt: skip
+            answers = await store.acomplete_many(requests)
+            assert not [answer for answer in answers if isinstance(answer, Exception)], answers
+            await store.aclose()
+            return ids
+
+        second = asyncio.run(run())
+        assert sorted({item.id for item in first} | set(second)) == sorted(item.id for item in added)
+        assert store.count() == 0
+        held = cluster.keys_per_node(f"{store.keys.prefix}*")
+        assert sum(held.values()) == held[cluster.node_of(store.keys.schema)] > 0, held
+    finally:
+        store.close()

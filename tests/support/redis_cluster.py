@@ -17,6 +17,7 @@ from types import TracebackType
 from typing import Any
 
 import redis
+import redis.crc
 
 from tests.support.redis_server import RedisServer
 from tests.support.services import skip_or_fail
@@ -95,6 +96,23 @@ class ClusterSetup:
             with node.client() as client:
                 counts[node.port] = sum(1 for _ in client.scan_iter(match=pattern, count=1000))
         return counts
+
+    def move_slot_of(self, key: str) -> int:
+        """Move the slot of `key`, with its keys, to another primary (as `redis-cli --cluster reshard` does: SETSLOT
+        IMPORTING and MIGRATING, MIGRATE, SETSLOT NODE on every node); the port of the primary serving it now."""
+        slot = redis.crc.key_slot(key.encode())
+        source = next(node for node in self.nodes if node.port == self.node_of(key))
+        target = next(node for node in self.nodes if node is not source)
+        with source.client() as src, target.client() as dst:
+            source_id, target_id = (c.execute_command("CLUSTER", "MYID").decode() for c in (src, dst))
+            dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
+            src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
+            while keys := src.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100):
+                src.execute_command("MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", *keys)
+            for node in self.nodes:
+                with node.client() as client:
+                    client.execute_command("CLUSTER", "SETSLOT", slot, "NODE", target_id)
+        return target.port
 
     def start(self) -> ClusterSetup:
         try:

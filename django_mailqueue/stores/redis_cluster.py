@@ -1,0 +1,107 @@
+"""The Redis store on a Redis Cluster: plain clients to the primary serving the queue's hash slot, found through
+redis-py's cluster clients, and found again when the slot moves or its primary stops answering."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import redis
+import redis.asyncio
+
+from . import redis_connection as conn
+
+#: A Cluster's answers that mean the command was not run where it was sent: the slot is served elsewhere now
+#: (MOVED), is being moved (ASK, TRYAGAIN), or has no primary yet (CLUSTERDOWN). Sent again once the slot map is
+#: read anew. (`MovedError` is an `AskError`.)
+REDIRECTS = (redis.exceptions.AskError, redis.exceptions.TryAgainError, redis.exceptions.ClusterDownError)
+
+#: How many times in a row a call is sent again after a redirect, the slot map read anew before each.
+MOST_REDIRECTS = 5
+
+
+def node_url(url: str, host: str, port: int) -> str:
+    """`url` (any node's) with `host:port` in place of its own: the same scheme, credentials and options."""
+    parts = urlsplit(url)
+    userinfo = parts.netloc.rpartition("@")[0]
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return urlunsplit(parts._replace(netloc=f"{userinfo}@{where}" if userinfo else where))
+
+
+def is_redirect(exc: BaseException) -> bool:
+    return isinstance(exc, REDIRECTS)
+
+
+class SlotFinder:
+    """Which primary serves the slot of `key` (every key of the queue hashes to it), through redis-py's sync
+    cluster client; `lost()` after a redirect or a broken connection makes the next `node()` read the map anew."""
+
+    def __init__(self, url: str, timeout: float, password: str | None, key: str) -> None:
+        self.url = url
+        self.timeout = timeout
+        self.password = password
+        self.key = key
+        self.cluster: redis.RedisCluster[bytes] | None = None
+        self._stale = False
+
+    def finder(self) -> redis.RedisCluster[bytes]:
+        if self.cluster is None:
+            self.cluster = conn.sync_cluster_client(self.url, self.timeout, self.password)
+        return self.cluster
+
+    def node(self) -> tuple[str, int]:
+        finder = self.finder()
+        if self._stale:
+            finder.nodes_manager.initialize()
+            self._stale = False
+        node = finder.get_node_from_key(self.key)
+        if node is None:
+            raise redis.exceptions.ClusterDownError(f"no primary serves the slot of {self.key}")
+        return str(node.host), int(node.port)
+
+    def client(self) -> redis.Redis[bytes]:
+        """A plain client of the slot's primary (the caller owns it)."""
+        host, port = self.node()
+        return conn.sync_client_from_url(node_url(self.url, host, port), self.timeout, self.password)
+
+    def lost(self) -> None:
+        self._stale = True
+
+    def close(self) -> None:
+        cluster, self.cluster = self.cluster, None
+        if cluster is not None:
+            cluster.close()
+
+
+class AsyncSlotFinder:
+    """`SlotFinder` on redis-py's asyncio cluster client, for one event loop."""
+
+    def __init__(self, url: str, timeout: float, password: str | None, key: str) -> None:
+        self.url = url
+        self.timeout = timeout
+        self.password = password
+        self.key = key
+        self.cluster: redis.asyncio.RedisCluster[bytes] | None = None
+        self._stale = False
+
+    async def client(self) -> redis.asyncio.Redis[bytes]:
+        if self.cluster is None:
+            self.cluster = conn.async_cluster_client(self.url, self.timeout, self.password)
+        finder: Any = self.cluster
+        if self._stale:
+            await finder.nodes_manager.initialize()
+            self._stale = False
+        else:
+            await finder.initialize()  # once: the slot map read under the client's lock
+        node = finder.get_node_from_key(self.key)
+        if node is None:
+            raise redis.exceptions.ClusterDownError(f"no primary serves the slot of {self.key}")
+        return conn.async_client_from_url(node_url(self.url, node.host, node.port), self.timeout, self.password)
+
+    def lost(self) -> None:
+        self._stale = True
+
+    async def aclose(self) -> None:
+        cluster, self.cluster = self.cluster, None
+        if cluster is not None:
+            await cluster.aclose()  # type: ignore[attr-defined, unused-ignore]
