@@ -9,7 +9,7 @@ import dataclasses
 import functools
 import logging
 import ssl
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -423,6 +423,7 @@ class Deliverer:
         last: Reply | None = None
         last_host = ""
         seen: list[Reply] = []
+        before_connect = self._before_connect(shaped.key)
         for host, address in _addresses(hosts, self.settings.mx_address_limit):
             if loop.time() >= deadline:
                 break
@@ -448,6 +449,7 @@ class Deliverer:
                 destination=shaped.key,
                 connections=shaped.limits.connections,
                 messages_per_connection=shaped.limits.messages_per_connection,
+                before_connect=before_connect,
             )
             began = loop.time()
             if sts is None:
@@ -458,6 +460,14 @@ class Deliverer:
                 self.observer.session(dest.recipients[0].domain, loop.time() - began)
             for error in report.errors:
                 progress.add_error(error)
+            if report.withheld:  # suspended, found right before a new connection: no session was begun
+                held = self.gate.suspended(shaped.key) if self.gate is not None else None
+                if held is not None and not seen:  # nothing tried: a wait, not an attempt
+                    decide_all(suspended_reply(held), RecipientState.PENDING)
+                    progress.report = DestinationReport(shaped, dest.name, suspended=held)
+                    return
+                last = report.next_host
+                break
             if report.next_host is not None and not report.outcomes:
                 last, last_host = report.next_host, host
                 seen.append(report.next_host)
@@ -497,6 +507,21 @@ class Deliverer:
         if self.gate is not None:
             self.gate.learn(dest.recipients[0].domain, policy)
         return policy
+
+    def _before_connect(self, key: str) -> Callable[[], Awaitable[Reply | None]] | None:
+        """What the transport asks right before it opens a new connection to the destination `key`: the store's
+        word on its suspension (a read shared by the worker's callers), so no connection is opened to a
+        destination another worker suspended before that read — a connection, not a message: a cached
+        connection is used without it."""
+        gate = self.gate
+        if gate is None:
+            return None
+
+        async def check() -> Reply | None:
+            held = await gate.current(key)
+            return None if held is None else suspended_reply(held)
+
+        return check
 
     async def _enter(self, policy: DestinationPolicy, deadline: float) -> Suspension | None:
         """The destination's suspension, else None once its rate allows the message (within the deadline)."""

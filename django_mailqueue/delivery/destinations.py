@@ -61,5 +61,10 @@ class DestinationGate(Protocol):
         """Before the destination's sessions: its suspension, else None once its rate allows one more message."""
         ...
 
+    async def current(self, key: str) -> Suspension | None:
+        """Right before a new connection to the destination: its suspension as the store has it now (a read
+        begun after this call, which the worker's other callers share), else None."""
+        ...
+
 
 __all__ = ["DestinationGate", "DestinationReport", "suspended_reply", "unreachable"]

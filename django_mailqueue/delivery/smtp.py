@@ -158,6 +158,10 @@ class SmtpTransport:
                 if not report.stale_connection:
                     return report
                 logger.debug("cached connection to %s was closed; opening a new one", target.label)
+            if target.before_connect is not None:
+                held = await target.before_connect()
+                if held is not None:
+                    return SessionReport(host=target.host, next_host=held, withheld=True)
             self._make_room(target)
             return await self._send(target, envelope, None, key)
 

@@ -9,6 +9,7 @@ aiosmtplib; a test double can stand in so a worker runs without a network.
 from __future__ import annotations
 
 import ssl
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -59,6 +60,9 @@ class Target:
     destination: str = ""
     connections: int | None = None
     messages_per_connection: int | None = None
+    #: asked right before a new connection is opened (never for a cached one): a reply (the destination is
+    #: suspended) means none is opened and the session reports it as `withheld`
+    before_connect: Callable[[], Awaitable[Reply | None]] | None = field(default=None, compare=False, repr=False)
 
     @property
     def label(self) -> str:
@@ -113,6 +117,8 @@ class SessionReport:
     ended: bool = False
     #: a cached connection was found closed before anything was said: the caller tries a new one
     stale_connection: bool = False
+    #: no connection was opened: `Target.before_connect` answered `next_host` (nothing was tried)
+    withheld: bool = False
 
     def decide(self, recipient: str, reply: Reply, state: RecipientState) -> None:
         self.outcomes[recipient] = RecipientOutcome(recipient, state, reply, self.host)

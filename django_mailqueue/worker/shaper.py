@@ -42,6 +42,17 @@ MAX_DOMAINS = 100_000
 MAX_DEFER_DOMAINS = 1000
 
 
+def next_ask(per_second: float) -> float:
+    """Seconds after a take that got fewer tokens than it asked for (or failed) before the bucket is asked again,
+    counted from when the take was sent.
+
+    Such a take left less than one whole token in the bucket, so one is whole again within `1 / rate` of it:
+    asking then takes it before the bucket can fill to its size (`burst` >= 1 more than that fraction) and
+    let the rate's tokens go unused while the worker sleeps. Asking sooner would cost round trips for
+    nothing; later, with a bucket of one or two tokens, loses tokens (the rate unmet)."""
+    return min(60.0, 1.0 / per_second)
+
+
 @dataclass(frozen=True)
 class Ticket:
     """An attempt's admission: the destinations it holds a connection slot of, each with a token taken."""
@@ -108,7 +119,11 @@ class Shaper:
         self._empty_until: dict[str, float] = {}
         self._view: dict[str, Suspension] = {}
         self._view_at: float | None = None
-        self._refreshing: asyncio.Task[None] | None = None
+        self._refreshing: asyncio.Task[bool] | None = None
+        #: reads of the suspensions begun so far (each numbered), and the number of the newest the view holds: an
+        #: older read ending later does not replace it
+        self._begun = 0
+        self._applied = 0
         #: keys whose suspension is being written: a refresh keeps them
         self._writing: set[str] = set()
         #: strikes of the destinations known to have a record (a success clears it)
@@ -231,6 +246,8 @@ class Shaper:
         rate = policy.limits.rate
         assert rate is not None
         want = rate.batch
+        loop = asyncio.get_running_loop()
+        asked = loop.time()
         try:
             got = await self._take_tokens(policy.key, rate=rate.per_second, burst=rate.burst, want=want)
         except QueueError as exc:
@@ -238,9 +255,7 @@ class Shaper:
             got = 0
         self._stock[policy.key] += got
         if got < want:
-            loop = asyncio.get_running_loop()
-            wait = min(60.0, max(0.005, (1 if got else want - got) / rate.per_second))
-            self._empty_until[policy.key] = loop.time() + wait
+            self._empty_until[policy.key] = asked + next_ask(rate.per_second)
         self.wake()
 
     async def _take_tokens(self, key: str, *, rate: float, burst: int, want: int) -> int:
@@ -291,17 +306,48 @@ class Shaper:
     def refresh_soon(self) -> None:
         """Read the store's suspensions in the background when the view is stale (one read at a time)."""
         if self.stale and (self._refreshing is None or self._refreshing.done()):
-            self._refreshing = asyncio.get_running_loop().create_task(self.refresh(), name="mailqueue-suspensions")
+            self._start_refresh()
+
+    def _start_refresh(self) -> asyncio.Task[bool]:
+        self._refreshing = asyncio.get_running_loop().create_task(
+            self._read(self._number()), name="mailqueue-suspensions"
+        )
+        return self._refreshing
+
+    def _number(self) -> int:
+        self._begun += 1
+        return self._begun
+
+    async def current(self, key: str) -> Suspension | None:
+        """The destination's suspension as the store has it now — from a read begun after this call, so one
+        another worker recorded before it is seen — else None. Asked before each new connection (not each
+        message): the callers of one moment share a read, and a read under way when they ask (it may have begun
+        before the record was written) is followed by another. When the store cannot be read: the view."""
+        asked = self._begun
+        while self._applied <= asked:
+            task = self._refreshing
+            if task is None or task.done():
+                task = self._start_refresh()
+            if not await asyncio.shield(task):
+                break
+        return self.suspended(key)
 
     async def refresh(self) -> None:
         """Read the suspensions in force from the store (one round trip); they replace the view."""
+        await self._read(self._number())
+
+    async def _read(self, number: int) -> bool:
+        """Read number `number`; False when the store could not be read."""
         now = self.clock.now()
         try:
             found = await self.store.asuspensions(now=now)
         except QueueError as exc:
             logger.warning("suspended destinations could not be read from the store: %s", exc)
             self._view_at = asyncio.get_running_loop().time()
-            return
+            return False
+        if number < self._applied:  # a read begun after this one was applied already: it is newer
+            return True
+        self._applied = number
         view = {s.destination: s for s in found}
         for key in self._writing:
             if key in self._view:
@@ -315,6 +361,7 @@ class Shaper:
         self._view_at = asyncio.get_running_loop().time()
         if ended:  # resumed by an operator: its items may go
             self.wake()
+        return True
 
     # --- after an attempt ---------------------------------------------------------------------
 
@@ -353,6 +400,7 @@ class Shaper:
         until = now + timedelta(seconds=suspension_seconds(first, strikes, policy.suspend_max))
         suspension = Suspension(key, until, reply, since=now, strikes=strikes)
         self._view[key] = suspension  # at once: no new session to it from this worker
+        self._applied = self._number()  # a read begun before this moment would not know it: none replaces it
         self._writing.add(key)
         try:
             # Another worker may have met it first: adopt its suspension rather than count a second strike.

@@ -114,3 +114,27 @@ async def test_a_destination_no_attempt_reaches_is_dead_after_dead_after_in_a_ro
     assert await s.observe([unreachable]) == [] and await s.observe([unreachable]) == []
     (made,) = await s.observe([unreachable])
     assert made.reply == NO_GREETING and made.reply.code is None
+
+
+async def test_the_read_before_a_new_connection_is_begun_after_the_call_and_shared() -> None:
+    store, clock = MemoryStore(), FakeClock()
+    one, two = shaper(store, clock), shaper(store, clock)
+    reads = 0
+    read = store.asuspensions
+
+    async def counted(**kwargs: Any) -> Any:
+        nonlocal reads
+        reads += 1
+        return await read(**kwargs)
+
+    store.asuspensions = counted  # type: ignore[method-assign]
+    await two.refresh()  # two's view: nothing suspended
+    await one.observe([DestinationReport(policy_of(one, "a.test"), "a.test", (THROTTLED,))])
+    assert two.suspended("a.test") is None  # its view is older than the record
+    reads = 0
+    found = await asyncio.gather(*(two.current("a.test") for _ in range(5)))
+    # the first caller's read, and one more for the four that asked while it was under way
+    assert {f.destination if f else None for f in found} == {"a.test"} and reads == 2
+    two._view_at = None  # stale: a read in the background begins
+    two.refresh_soon()  # a read under way when `current` is called may have begun before a record: one more
+    assert await two.current("b.test") is None and reads == 4

@@ -16,6 +16,7 @@ from django_mailqueue.core.clock import SystemClock
 from django_mailqueue.core.items import NewItem, RecipientState, Reply, Suppression
 from django_mailqueue.stores.memory import MemoryStore
 from django_mailqueue.worker import Worker
+from django_mailqueue.worker import shaper as shaper_module
 from tests.support.dns_server import DnsServer
 from tests.support.shaping_server import CountingSmtpServer
 from tests.support.smtp_server import free_port
@@ -275,6 +276,33 @@ async def test_a_421_suspends_the_destination_until_it_ends_and_its_items_wait_w
     attempts = sorted(d["attempt"] for d in delivered if d["recipient"].endswith("@busy.test"))
     assert attempts.count(2) == cohort and attempts.count(1) == 40 - cohort
     assert work.stats.held + cohort <= 40 and work.stats.suspended == 1
+
+
+async def test_a_new_connection_reads_the_store_first_and_finds_another_workers_suspension(
+    dns_server: DnsServer, servers: Servers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The view of suspensions is never read again by age here (VIEW_TTL an hour): only the read before each new
+    connection can learn of the suspension another worker recorded; the item then waits, no attempt counted."""
+    monkeypatch.setattr(shaper_module, "VIEW_TTL", 3600.0)
+    server = servers.start("127.0.0.2")
+    dns_server.mx("a.test", (10, "mx.a.test")).a("mx.a.test", "127.0.0.2")
+    store = MemoryStore()
+    fill(store, "a.test", 1)
+    config = mailqueue(dns_server, servers.port, SHAPING={"a.test": {"MESSAGES_PER_CONNECTION": 1}})
+    work = worker(config, store)
+    task = asyncio.create_task(work.run())
+    try:
+        await wait_for(lambda: store.count() == 0, 30, "the first message", task)
+        now = SystemClock().now()
+        other = store.suspend("a.test", until=now + timedelta(seconds=60), reply=Reply(421, "4.7.0", "Busy"), now=now)
+        fill(store, "a.test", 1, start=1)
+        (waiting,) = store.list()
+        await wait_for(lambda: store.get(waiting.id).next_attempt == other.until, 30, "the wait", task)  # type: ignore[union-attr]
+    finally:
+        work.stop()
+        await asyncio.wait_for(task, 30)
+    assert len(server.sessions) == 1 and len(server.accepted) == 1  # no second connection was opened
+    assert store.get(waiting.id).attempts == 0  # type: ignore[union-attr]
 
 
 async def test_a_destination_that_never_greets_is_dead_after_one_cohort(

@@ -107,6 +107,17 @@ class Shaping(ContractBase):
         assert (third.strikes, third.until, third.since) == (3, at(300), T0)
         assert store.suspensions(now=at(200)) == [third]
 
+    def test_a_suspension_sent_again_records_the_same(self, store: QueueStore) -> None:
+        """A store that sends a call again after a lost answer (Redis through a failover) needs no marker for
+        `suspend`: the same call once more — its `until` after its `now`, as every worker's — is the same
+        episode, with the same record and strikes, a first suspension or a later one."""
+        first = store.suspend("example.org", until=at(60), reply=THROTTLED, now=T0)
+        assert store.suspend("example.org", until=at(60), reply=THROTTLED, now=T0) == first
+        second = store.suspend("example.org", until=at(180), reply=LATER, now=at(90))
+        assert store.suspend("example.org", until=at(180), reply=LATER, now=at(90)) == second
+        assert (first.strikes, second.strikes) == (1, 2)
+        assert store.suspensions(now=at(90)) == [second]
+
     def test_a_record_long_past_its_until_is_forgotten(self, store: QueueStore) -> None:
         store.suspend("example.org", until=at(60), reply=THROTTLED, now=T0)
         store.suspend("example.org", until=at(120), reply=THROTTLED, now=at(60))
