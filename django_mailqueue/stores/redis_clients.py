@@ -21,7 +21,7 @@ from ..core.masking import SecretMask
 from . import redis_connection as conn
 from . import redis_scripts as scripts
 from . import redis_sentinel as sentinel
-from .redis_cluster import MOST_REDIRECTS, AsyncSlotFinder, SlotFinder, is_redirect
+from .redis_cluster import MOST_REDIRECTS, AsyncSlotFinder, SlotFinder, is_moved, is_redirect
 from .redis_layout import LAYOUT_VERSION, Keys, fields, text
 
 logger = logging.getLogger("django_mailqueue.stores.redis")
@@ -430,7 +430,7 @@ class _Tries:
             self.redirects += 1
             if self.redirects > MOST_REDIRECTS:
                 return None
-            return 0.0 if isinstance(exc, redis.exceptions.MovedError) else FIRST_PAUSE * self.redirects
+            return 0.0 if is_moved(exc) else FIRST_PAUSE * self.redirects
         if self.limit <= 0 or not conn.follows_failover(exc):
             return None
         now = time.monotonic()

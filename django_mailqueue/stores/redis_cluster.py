@@ -28,8 +28,27 @@ def node_url(url: str, host: str, port: int) -> str:
     return urlunsplit(parts._replace(netloc=f"{userinfo}@{where}" if userinfo else where))
 
 
+#: The same answers by their first word: redis-py 5.0 gives them to a plain client as bare `ResponseError`s.
+REDIRECT_WORDS = ("MOVED ", "ASK ", "TRYAGAIN", "CLUSTERDOWN")
+
+
 def is_redirect(exc: BaseException) -> bool:
-    return isinstance(exc, REDIRECTS)
+    if isinstance(exc, REDIRECTS):
+        return True
+    return isinstance(exc, redis.exceptions.ResponseError) and _reply(exc).startswith(REDIRECT_WORDS)
+
+
+def is_moved(exc: BaseException) -> bool:
+    """MOVED: the slot is served elsewhere for good (sent again at once, the map read anew)."""
+    return isinstance(exc, redis.exceptions.MovedError) or _reply(exc).startswith("MOVED ")
+
+
+def _reply(exc: BaseException) -> str:
+    """The server's error reply, also out of the words redis-py 5.0 wraps a pipeline's in: `Command # 1 (...) of
+    pipeline caused error: ('MOVED 530 127.0.0.1:7001',)`."""
+    text = str(exc)
+    _, found, tail = text.partition(" of pipeline caused error: ")
+    return tail.lstrip("('\"") if found else text
 
 
 class SlotFinder:
