@@ -11,8 +11,7 @@ from django.db.migrations.state import ProjectState
 
 from django_mailqueue.core.clock import FakeClock
 from django_mailqueue.core.items import ItemQuery, ItemState, matches
-from django_mailqueue.stores.orm import OrmStore
-from django_mailqueue.stores.orm import store as store_module
+from django_mailqueue.stores.orm import OrmStore, queries
 from django_mailqueue.stores.orm.pg_search import TRIGRAM_INDEXES, TrigramSearchIndexes, trigram_indexes_present
 from django_mailqueue.testing.contract.support import T0, new_item
 from tests.support.databases import DATABASES
@@ -49,7 +48,7 @@ def test_a_search_matching_more_than_the_bound_is_tested_on_each_row(
 ) -> None:
     store = OrmStore({"database": pg_alias})
     added = fill(store)
-    monkeypatch.setattr(store_module, "SEARCH_BOUND", 2)
+    monkeypatch.setattr(queries, "SEARCH_BOUND", 2)
     now = FakeClock(T0).now()
     for search in SEARCHES:
         for query in (ItemQuery(search=search), ItemQuery(search=search, state=ItemState.DUE, now=now)):

@@ -7,12 +7,11 @@ import builtins
 import contextlib
 import functools
 import uuid
-from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from django.db import DatabaseError, connections, models, transaction
+from django.db import DatabaseError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import F, Q
 
@@ -23,16 +22,14 @@ from ...core.items import (
     Completion,
     ItemOrder,
     ItemQuery,
-    ItemState,
     NewItem,
     QueueItem,
-    RecipientState,
     Reply,
     Suppression,
 )
 from ...core.shaping import Suspension
 from ...core.status import QueueSummary
-from ...models import QueuedItem, QueuedRecipient, QueueLock
+from ...models import QueuedItem, QueueLock
 from ..base import OVERVIEW_QUEUES, QueueStore
 from ..inputs import (
     check_aware,
@@ -46,11 +43,11 @@ from ..inputs import (
     check_suspend,
     check_take,
 )
-from . import failed, shaping, suppression
+from . import failed, queries, shaping, suppression
 from .base import Dialect
-from .portable import PortableDialect, due, orm_recipients
+from .portable import PortableDialect
 from .postgresql import PostgresDialect
-from .rows import ITEM_FIELDS, ItemRow, lease_fields, plan_completions, to_item
+from .rows import ItemRow, lease_fields, plan_completions, to_item
 from .sqlite import SqliteDialect
 from .threads import DatabaseThreads, drop_if_broken
 
@@ -58,19 +55,6 @@ _T = TypeVar("_T")
 _P = ParamSpec("_P")
 
 _ADD_LOCK = "add"
-#: `list`'s orders: the due index (next_attempt, seq) either way, or the primary key (the order of adds).
-_ORDER_BY = {
-    ItemOrder.NEXT_ATTEMPT: ("next_attempt", "seq"),
-    ItemOrder.NEXT_ATTEMPT_DESC: ("-next_attempt", "-seq"),
-    ItemOrder.OLDEST: ("seq",),
-    ItemOrder.NEWEST: ("-seq",),
-}
-#: The states that are a range of next attempts (before now, after it, `NEVER`): counted in the due index's order.
-_RANGES = (ItemState.DUE, ItemState.SCHEDULED, ItemState.FAILED)
-_NEVER_US = failed.NEVER_US
-#: A search whose indexes find at most this many items lists them by key; more, it is tested on each row read
-#: in the list's order (where matches are that common, a page of them comes early).
-SEARCH_BOUND = 3_000
 #: The dialect of each Django database vendor; any other vendor speaks the portable one.
 DIALECTS: dict[str, type[Dialect]] = {"sqlite": SqliteDialect, "postgresql": PostgresDialect}
 
@@ -400,7 +384,7 @@ class OrmStore(QueueStore):
 
     def get(self, item_id: uuid.UUID) -> QueueItem | None:
         with self._errors():
-            found = self._load(QueuedItem.objects.using(self.alias).filter(id=item_id))
+            found = queries.load(self.alias, QueuedItem.objects.using(self.alias).filter(id=item_id))
         return found[0][1] if found else None
 
     def present(self, item_ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
@@ -408,56 +392,12 @@ class OrmStore(QueueStore):
             found = QueuedItem.objects.using(self.alias).filter(id__in=list(item_ids)).values_list("id", flat=True)
             return set(found)
 
-    def _load(self, rows: models.QuerySet[QueuedItem]) -> builtins.list[tuple[int, QueueItem]]:
-        items = list(rows.values_list(*ITEM_FIELDS))
-        recipients = orm_recipients(self.alias, [row[0] for row in items])
-        return [(row[0], to_item(row, recipients[row[0]])) for row in items]
-
     def read_messages(self, item_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, bytes]:
         with self._errors():
             return self.dialect.read_messages(item_ids)
 
     def read_message(self, item_id: uuid.UUID) -> bytes | None:
         return self.read_messages([item_id]).get(item_id)
-
-    def _query(self, query: ItemQuery | None) -> models.QuerySet[QueuedItem]:
-        rows = QueuedItem.objects.using(self.alias).all()
-        if query is None:
-            return rows
-        if query.queue is not None:
-            rows = rows.filter(queue=query.queue)
-        if query.domain is not None:
-            rows = rows.filter(
-                seq__in=QueuedRecipient.objects.using(self.alias).filter(domain=query.domain.lower()).values("item_id")
-            )
-        if query.id_prefix is not None:
-            # a range of the unique index on id: a uuid compares as its hex digits do
-            rows = rows.filter(
-                id__gte=uuid.UUID(query.id_prefix.ljust(32, "0")), id__lte=uuid.UUID(query.id_prefix.ljust(32, "f"))
-            )
-        if query.search:
-            found = self.dialect.search_candidates(query.search, SEARCH_BOUND)
-            rows = (
-                rows.filter(seq__in=found)
-                if found is not None
-                else rows.filter(self.dialect.search_filter(query.search))
-            )
-        if query.state is not None:
-            if query.now is None:
-                raise ValueError("a state filter needs `now`")
-            now_us = to_micros(query.now)
-            leased = Q(owner__isnull=False, lease_expires__gt=now_us)
-            if query.state is ItemState.LEASED:
-                rows = rows.filter(leased)
-            elif query.state is ItemState.FAILED:
-                rows = rows.filter(next_attempt=_NEVER_US)
-            elif query.state is ItemState.DEFERRED:
-                rows = rows.filter(attempts__gt=0, next_attempt__lt=_NEVER_US).exclude(leased)
-            elif query.state is ItemState.DUE:
-                rows = rows.filter(attempts=0, next_attempt__lte=now_us).exclude(leased)
-            else:
-                rows = rows.filter(attempts=0, next_attempt__gt=now_us, next_attempt__lt=_NEVER_US).exclude(leased)
-        return rows
 
     def list(
         self,
@@ -469,41 +409,23 @@ class OrmStore(QueueStore):
     ) -> builtins.list[QueueItem]:
         check_order(self, order)
         with self._errors():
-            page = self._query(query).order_by(*_ORDER_BY[order])[offset : offset + limit]
-            return [item for _, item in self._load(page)]
+            return queries.page(self.alias, self.dialect, query, offset, limit, order)
 
     def count(self, query: ItemQuery | None = None, *, limit: int | None = None) -> int:
         with self._errors():
-            rows = self._query(query)
-            if limit is None:
-                return rows.count()
-            if (
-                query is not None
-                and query.domain is None
-                and not query.search
-                and (query.state in _RANGES or (query.state is ItemState.DEFERRED and query.queue is None))
-            ):
-                # in the list's order, so the database reads the due (or the queue's) index from its range's start
-                # up to `limit` entries, or the deferred one (a queue's deferred items: its partial index, in any
-                # order): unordered it may scan the table from its start, and items added in time order keep the
-                # scheduled ones at its end
-                rows = rows.order_by("next_attempt", "seq")
-            # sliced, Django counts a LIMITed subquery: the database stops at `limit` rows
-            return rows[:limit].count()
+            return queries.count(self.alias, self.dialect, query, limit)
 
     def iter_items(self, query: ItemQuery | None = None, *, batch: int = 500) -> Iterator[QueueItem]:
         """Resumes after the last (next_attempt, seq) read, on the index `list` orders by: no OFFSET to skip."""
-        rows = self._query(query).order_by("next_attempt", "seq")
+        rows = queries.matching(self.alias, self.dialect, query).order_by("next_attempt", "seq")
         after: Q | None = None
         while True:
             with self._errors():
-                page = self._load((rows if after is None else rows.filter(after))[:batch])
-            yield from (item for _, item in page)
-            if len(page) < batch:
+                found = queries.load(self.alias, (rows if after is None else rows.filter(after))[:batch])
+            yield from (item for _, item in found)
+            if len(found) < batch:
                 return
-            seq, last = page[-1]
-            next_us = to_micros(last.next_attempt)
-            after = Q(next_attempt__gt=next_us) | Q(next_attempt=next_us, seq__gt=seq)
+            after = queries.after(*found[-1])
 
     def queues(self, *, limit: int = OVERVIEW_QUEUES) -> builtins.list[str]:
         with self._errors():
@@ -511,42 +433,8 @@ class OrmStore(QueueStore):
 
     def summary(self, *, now: datetime) -> QueueSummary:
         """Aggregate queries: one per part of the summary, whatever the queue's size."""
-        now_us = to_micros(now)
-        leased = Q(owner__isnull=False, lease_expires__gt=now_us)
-        state = models.Case(
-            models.When(next_attempt=_NEVER_US, then=models.Value(ItemState.FAILED.value)),
-            models.When(leased, then=models.Value(ItemState.LEASED.value)),
-            models.When(attempts__gt=0, then=models.Value(ItemState.DEFERRED.value)),
-            models.When(next_attempt__lte=now_us, then=models.Value(ItemState.DUE.value)),
-            default=models.Value(ItemState.SCHEDULED.value),
-            output_field=models.CharField(),
-        )
-        summary = QueueSummary(now=now)
         with self._errors():
-            rows = (
-                QueuedItem.objects.using(self.alias)
-                .annotate(state=state)
-                .values("queue", "state")
-                .annotate(n=models.Count("seq"))
-                .order_by()
-            )
-            for row in rows:
-                summary.total += row["n"]
-                summary.by_state[row["state"]] += row["n"]
-                summary.by_queue.setdefault(row["queue"], Counter())[row["state"]] += row["n"]
-            domains = (
-                QueuedRecipient.objects.using(self.alias)
-                .filter(state=RecipientState.PENDING.value, item__attempts__gt=0)
-                .exclude(item__owner__isnull=False, item__lease_expires__gt=now_us)
-                .values("domain")
-                .annotate(n=models.Count("id"))
-                .order_by("-n", "domain")[:100]
-            )
-            for by_domain in domains:
-                summary.deferred_by_domain[by_domain["domain"]] = by_domain["n"]
-            oldest = self._load(due(self.alias, None, now_us).order_by("next_attempt", "seq")[:1])
-            summary.oldest_due = oldest[0][1] if oldest else None
-        return summary
+            return queries.summary(self.alias, now)
 
     # --- the suppression list (stores/orm/suppression.py) ----------------------------------
 
