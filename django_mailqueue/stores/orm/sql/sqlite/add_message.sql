@@ -1,2 +1,2 @@
--- The message of an added item: item_id (its seq), data.
-INSERT INTO {messages} (item_id, data) VALUES (%s, %s)
+-- The messages of added items, a row of add_message_row.sql each.
+INSERT INTO {messages} (item_id, data) VALUES {rows}

@@ -1,3 +1,3 @@
--- A recipient of an added item: item_id (its seq), position, address, domain.
+-- Recipients of added items, a row of add_recipient_row.sql each.
 INSERT INTO {recipients} (item_id, position, address, domain, state, reply_status, reply_text, remote_mta)
-VALUES (%s, %s, %s, %s, 'pending', '', '', '')
+VALUES {rows}
