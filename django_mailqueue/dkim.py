@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import email.utils
+import hashlib
 import logging
 import re
 import time
@@ -56,6 +57,9 @@ _SELECTOR = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_-]{0,62})(?:\.[A-Za-z0-9](?:[
 _FIELD_NAME = re.compile(r"^[!-9;-~]+$")
 #: a header line's name (group 1), at the start of the block or after a CRLF that is not a continuation
 _FIELD = re.compile(rb"^([!-9;-~]+)[ \t]*:", re.MULTILINE)
+#: SHA-256 of each PEM text whose RSA key cryptography has validated in this process (~50 ms for 2048 bits): a
+#: worker's command runs the system checks, which load every key, and then loads them again to sign
+_CHECKED_RSA_KEYS: set[bytes] = set()
 #: From field values whose domain a signer remembers (then it starts over)
 _FROM_CACHE_SIZE = 1024
 
@@ -204,8 +208,11 @@ def load_key(entry: DkimEntry) -> SigningKey:
             raise DkimKeyError(
                 f"{entry.describe()}: the key cannot be read: {exc.strerror or type(exc).__name__}"
             ) from None
+    digest = hashlib.sha256(pem).digest()
     try:
-        key = serialization.load_pem_private_key(pem, password=None)
+        key = serialization.load_pem_private_key(
+            pem, password=None, unsafe_skip_rsa_key_validation=digest in _CHECKED_RSA_KEYS
+        )
     except Exception:  # cryptography's errors may quote the input: none is passed on
         key = None
     if key is None:
@@ -222,6 +229,7 @@ def load_key(entry: DkimEntry) -> SigningKey:
             serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
         )
         record = f"v=DKIM1; k=rsa; p={base64.b64encode(public).decode('ascii')}"
+        _CHECKED_RSA_KEYS.add(digest)
     else:
         if not isinstance(key, ed25519.Ed25519PrivateKey):
             raise DkimKeyError(f"{entry.describe()}: ALGORITHM is ed25519-sha256 but the key is not an Ed25519 key")
@@ -301,6 +309,8 @@ class DkimSigner:
         #: the private-key operation through cryptography (dkimpy_adapter)
         self.fast = lacking is None
         self._from_domains: dict[bytes, str | None] = {}
+        #: each key's `_constants`, by the key's id (with the key: an id is only unique while its object lives)
+        self._per_key: dict[int, tuple[SigningKey, tuple[frozenset[bytes], bytes, bytes, bytes]]] = {}
 
     @classmethod
     def from_settings(cls, entries: Mapping[str, DkimEntry]) -> DkimSigner | None:
@@ -320,6 +330,20 @@ class DkimSigner:
             self._from_domains.clear()
         domain = self._from_domains[from_value] = _address_domain(from_value)
         return domain
+
+    def _constants(self, key: SigningKey) -> tuple[frozenset[bytes], bytes, bytes, bytes]:
+        """What a key's every signature shares, worked out at its first: the header field names it signs when
+        present (lowercase), and its selector, domain and algorithm as the field writes them."""
+        known = self._per_key.get(id(key))
+        if known is not None and known[0] is key:
+            return known[1]
+        entry = key.entry
+        wanted = frozenset(name.encode("ascii") for name in entry.headers or DEFAULT_HEADERS)
+        selector, domain, algorithm = (
+            value.encode("ascii") for value in (entry.selector, entry.domain, entry.algorithm)
+        )
+        self._per_key[id(key)] = (key, (wanted, selector, domain, algorithm))
+        return wanted, selector, domain, algorithm
 
     def key_for(self, domain: str | None) -> SigningKey | None:
         if domain is None:
@@ -348,12 +372,9 @@ class DkimSigner:
         if key is None:
             return b""
         entry = key.entry
-        wanted = set(entry.headers or DEFAULT_HEADERS)
-        present = [name for name in _present_fields(headers) if name.decode("ascii") in wanted]
+        wanted, selector, domain, algorithm = self._constants(key)
+        present = [name for name in _present_fields(headers) if name in wanted]
         include = [*present, b"from"]  # From once more than it occurs: none can be added
-        selector, domain, algorithm = (
-            value.encode("ascii") for value in (entry.selector, entry.domain, entry.algorithm)
-        )
         try:
             if self.fast and key.private_key is not None:
                 return dkimpy_adapter.prepare(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -113,6 +114,9 @@ class Command(BaseCommand):
                 f"{','.join(worker.queues) if worker.queues else 'all'}, concurrency {worker.concurrency}"
                 + (", once" if worker.once else "")
             )
+        # Start-up's objects (Django's, the settings', the worker's) live as long as the process: out of the
+        # garbage collector's sight, its collections while mail is delivered no longer walk them.
+        gc.freeze()
         try:
             stats = asyncio.run(self._run(worker, verbosity))
         finally:

@@ -1,0 +1,168 @@
+"""CPU per delivered message, ours (and post-office), one process: `python -m bench.cpu_delivery` (not in `make bench`).
+
+A development aid for work on the delivery path under a loaded machine: the
+worker's own CPU time (user + system, from `wait4`) divided by the messages,
+per store and signing mode, interleaved over `--repeats`; with `--profile`, a
+cProfile of each run (top functions by own time, to bench/.work/profiles/).
+Wall rates and ratios are printed too; read them only from a quiet machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+import types
+from pathlib import Path
+
+from . import measure_delivery, procs
+from .context import BENCH, LOGS, OURS, PEERS_PY, PO_PG, PO_SQLITE, Config, Context
+from .servers import Servers
+
+MODES = {"plain": "deliver.1", "rsa": "deliver.1.dkim-rsa", "ed25519": "deliver.1.dkim-ed25519"}
+PROFILES = BENCH / ".work" / "profiles"
+#: `python -m django ...` under cProfile timed by the process's CPU clock (not wall time: the machine is loaded)
+_PROFILED = (
+    "import cProfile, runpy, sys, time\n"
+    "sys.argv = ['django', *sys.argv[1:]]\n"
+    "p = cProfile.Profile(time.process_time)\n"
+    "p.enable()\n"
+    "try:\n"
+    "    runpy.run_module('django', run_name='__main__', alter_sys=True)\n"
+    "finally:\n"
+    "    p.disable()\n"
+    "    p.dump_stats({path!r})\n"
+)
+
+
+#: `python -m django ...` with the time spent in the garbage collector written to stderr at exit
+_GC_TIMED = (
+    "import atexit, gc, runpy, sys, time\n"
+    "sys.argv = ['django', *sys.argv[1:]]\n"
+    "stats = {'t': 0.0, 'n': [0, 0, 0], 'start': 0.0}\n"
+    "def cb(phase, info):\n"
+    "    if phase == 'start': stats['start'] = time.process_time()\n"
+    "    else:\n"
+    "        stats['t'] += time.process_time() - stats['start']; stats['n'][info['generation']] += 1\n"
+    "gc.callbacks.append(cb)\n"
+    "def report(): print(f\"GC {stats['t']:.3f} s CPU, collections by generation {stats['n']}\", file=sys.stderr)\n"
+    "atexit.register(report)\n"
+    "runpy.run_module('django', run_name='__main__', alter_sys=True)\n"
+)
+
+
+def wait_quiet() -> None:
+    """Someone else measures while /work/BENCH_RUNNING exists (HELPERS.md): wait."""
+    flag = Path("/work/BENCH_RUNNING")
+    while flag.exists() and flag.read_text().strip() != str(os.getpid()):
+        time.sleep(10)
+
+
+def run_one(
+    ctx: Context, cfg: Config, mode: str, n: int, profile: Path | None, spy: Path | None = None
+) -> tuple[float, float]:
+    """(CPU ms a message, messages a second) of one run; n = 0: the empty run's CPU seconds and wall."""
+    measure = MODES.get(mode, "deliver.1")
+    wait_quiet()
+    with ctx.fresh(cfg, "filled" if n else "migrated", count=n, size=ctx.args.size) as db:
+        if not n and cfg.store == "redis":
+            ctx.servers.redis.flush()
+        before = ctx.servers.sink.counters()
+        cmd = measure_delivery.commands(ctx, cfg, 1)[0]
+        if profile is not None:
+            cmd = [cmd[0], "-c", _PROFILED.format(path=str(profile)), *cmd[3:]]
+        if os.environ.get("CPU_DELIVERY_GC"):
+            cmd = [cmd[0], "-c", _GC_TIMED, *cmd[3:]]
+        if spy is not None:
+            exe = str(PEERS_PY.parent / "py-spy")
+            cmd = [exe, "record", "--rate", "250", "--nonblocking", "--format", "raw", "--output", str(spy), "--", *cmd]
+        env = ctx.env(cfg, db, **measure_delivery.dkim_env(ctx, measure))
+        group = procs.measure([cmd], env=env, logdir=LOGS, name=f"cpu-{cfg.key}-{mode}")
+        group.results[0].check(f"{cfg.key} {mode}")
+        if os.environ.get("CPU_DELIVERY_GC"):
+            log = LOGS / f"cpu-{cfg.key}-{mode}.0.log"
+            print(
+                "   ",
+                [
+                    line
+                    for line in (group.results[0].stderr + (log.read_text() if log.exists() else "")).splitlines()
+                    if line.startswith("GC ")
+                ],
+            )
+        got = ctx.servers.sink.counters()["mesg"] - before["mesg"]
+    if got < n:
+        raise RuntimeError(f"the sink got {got} of {n}")
+    if not n:
+        return group.results[0].cpu, group.wall
+    return 1000 * group.results[0].cpu / n, n / group.wall
+
+
+def summarise(profile: Path, top: int) -> str:
+    import io
+    import pstats
+
+    out = io.StringIO()
+    pstats.Stats(str(profile), stream=out).sort_stats("tottime").print_stats(top)
+    return out.getvalue()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="bench.cpu_delivery", description=__doc__.splitlines()[0])
+    p.add_argument("--n", type=int, default=2000)
+    p.add_argument("--size", type=int, default=2000)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--stores", default="sqlite,postgres,redis")
+    p.add_argument("--modes", default="plain,rsa,ed25519")
+    p.add_argument("--postoffice", action="store_true", help="post-office's one-process runs too (SQLite, PG)")
+    p.add_argument("--profile", action="store_true", help="cProfile every run (CPU figures then include it)")
+    p.add_argument("--spy", action="store_true", help="py-spy (CPU samples) every run, summarised by bench/stacks.py")
+    p.add_argument("--top", type=int, default=40)
+    args = p.parse_args(argv)
+    stores = args.stores.split(",")
+    cfgs = [c for c in OURS if (c.store if c.store == "redis" else c.db) in stores]
+    modes = args.modes.split(",")
+    ns = types.SimpleNamespace(n=args.n, size=args.size, libs="", measures="")
+    results: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    PROFILES.mkdir(parents=True, exist_ok=True)
+    with Servers() as servers:
+        ctx = Context(ns, servers)
+        empty: dict[tuple[str, str], float] = {}
+        for cfg in cfgs:
+            for mode in modes:
+                empty[(cfg.key, mode)] = min(run_one(ctx, cfg, mode, 0, None)[0] for _ in range(2))
+                print(f"{cfg.key:14} {mode:8} empty run: {empty[(cfg.key, mode)]:.3f} s CPU", flush=True)
+        for rep in range(args.repeats):
+            plan = [(c, m) for c in cfgs for m in modes]
+            if args.postoffice:
+                plan += [(c, "po") for c in (PO_SQLITE, PO_PG) if c.db in stores]
+            for cfg, mode in plan:
+                prof = PROFILES / f"cpu-{cfg.key}-{mode}-r{rep + 1}.prof" if args.profile and mode != "po" else None
+                try:
+                    spy = PROFILES / f"spy-{cfg.key}-{mode}-r{rep + 1}.folded" if args.spy and mode != "po" else None
+                    cpu, rate = run_one(ctx, cfg, mode, args.n, prof, spy)
+                    if spy is not None:
+                        from . import stacks
+
+                        text = stacks.summarise(spy.read_text(), title=f"{cfg.key} {mode}", ms_per_msg=cpu, top=60)
+                        spy.with_suffix(".md").write_text(text + "\n")
+                except Exception as exc:  # noqa: BLE001
+                    print(f"{cfg.key} {mode} run {rep + 1}: ERROR {exc}", flush=True)
+                    continue
+                results.setdefault((cfg.key, mode), []).append((cpu, rate))
+                print(f"{cfg.key:14} {mode:8} run {rep + 1}: {cpu:.3f} ms CPU/msg, {rate:,.0f} msg/s", flush=True)
+                if prof is not None:
+                    (prof.with_suffix(".txt")).write_text(summarise(prof, args.top))
+    print("\nmedians (CPU ms/msg, marginal CPU ms/msg = beyond the empty run's, msg/s):")
+    for (key, mode), values in results.items():
+        cpu = statistics.median(v[0] for v in values)
+        marginal = cpu - 1000 * empty.get((key, mode), 0.0) / args.n
+        rate = statistics.median(v[1] for v in values)
+        runs = [round(v[0], 3) for v in values]
+        print(f"  {key:14} {mode:8} {cpu:.3f} ms  marginal {marginal:.3f} ms  {rate:,.0f} msg/s  (cpu runs: {runs})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
