@@ -30,6 +30,29 @@ def pytest_configure(config: pytest.Config) -> None:
             config.addinivalue_line("filterwarnings", f"error::django.utils.deprecation.{name}")
 
 
+#: Under pytest-xdist (`make test PYTEST_ARGS="-n 2 --dist loadgroup"`), the tests that use one of these fixtures run on
+#: one worker, in the group named: each fixture starts servers or a browser once per session (or module) of the
+#: worker that runs it, and two workers would start two.
+XDIST_GROUPS = {
+    "browser": "chromium",
+    "postfix_server": "postfix",
+    "redis_cluster": "redis-cluster",
+    "sentinel_setup": "redis-sentinel",
+    "secret_redis": "secret-servers",
+    "secret_sentinels": "secret-servers",
+    "secret_postgres": "secret-servers",
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        for fixture in getattr(item, "fixturenames", ()):
+            group = XDIST_GROUPS.get(fixture)
+            if group:
+                item.add_marker(pytest.mark.xdist_group(group))
+                break
+
+
 def pytest_report_header(config: pytest.Config) -> list[str]:
     lines = []
     pg = "available" if settings.PG_AVAILABLE else f"absent: {settings.PG_REASON}"

@@ -96,7 +96,25 @@ if MYSQL_URL:
         "TEST": {"NAME": os.environ.get("MAILQUEUE_TEST_MYSQL_DBNAME", "test_mailqueue")},
     }
 
-REDIS_URL = os.environ.get("MAILQUEUE_TEST_REDIS", "redis://127.0.0.1:6379/9")
+#: The pytest-xdist worker this process is (gw0, gw1, ...), or was started by ("" without xdist): a test's
+#: subprocess inherits PYTEST_XDIST_WORKER with the rest of the environment.
+XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+
+
+def redis_url_of_worker(url: str, worker: str) -> str:
+    """`url` with its database number moved up by the xdist worker's index: gw0 keeps it, gwN takes db + N,
+    so each worker has a Redis database of its own (`make test`'s `-n 2` on db 9 takes 9 and 10)."""
+    if not worker:
+        return url
+    parts = urlsplit(url)
+    base = int(parts.path.lstrip("/") or 0)
+    database = base + int(worker.removeprefix("gw"))
+    if database > 15:
+        raise ValueError(f"{url} with xdist worker {worker} needs Redis database {database} (a server has 0-15)")
+    return parts._replace(path=f"/{database}").geturl()
+
+
+REDIS_URL = redis_url_of_worker(os.environ.get("MAILQUEUE_TEST_REDIS", "redis://127.0.0.1:6379/9"), XDIST_WORKER)
 
 EMAIL_BACKEND = "django_mailqueue.backends.QueueEmailBackend"
 MAILQUEUE: dict[str, object] = {"HOSTNAME": "mx.test.example"}
@@ -110,6 +128,8 @@ if os.environ.get("MAILQUEUE_TEST_WORKER"):
 
     DATABASES["default"]["NAME"] = DATABASES["default"]["TEST"]["NAME"]  # type: ignore[index]
     if PG_AVAILABLE:
+        # pytest-django names an xdist worker's test database after it (test_mailqueue_gw1)
+        PG_TEST_NAME = f"{PG_TEST_NAME}_{XDIST_WORKER}" if XDIST_WORKER else PG_TEST_NAME
         DATABASES["pg"]["NAME"] = PG_TEST_NAME
         DATABASES["pg_serializable"]["NAME"] = PG_TEST_NAME
         DATABASES["pg_prepared"]["NAME"] = PG_TEST_NAME

@@ -1,13 +1,15 @@
 """A Redis Cluster of the test's own: three primaries (`redis-server --cluster-enabled yes`) on loopback, joined by
 `redis-cli --cluster create`.
 
-`ClusterSetup(directory)` starts the three servers on free ports of `PORTS` (each with its cluster bus port, the
-port + 10000, free too), creates the cluster (the 16384 slots split in three, no replicas), waits until every node
-says `cluster_state:ok`, and gives the store's `options()`. `node_of(key)` names the primary serving a key.
-"""
+`ClusterSetup(directory)` starts the three servers on free ports drawn at random from `PORTS`, each with its
+cluster bus port (the port + 10000) free too, drawn again when another process took one first (test runs and
+pytest-xdist workers start clusters at the same time); creates the cluster (the 16384 slots split in three, no
+replicas), waits until every node says `cluster_state:ok`, and gives the store's `options()`. `node_of(key)`
+names the primary serving a key."""
 
 from __future__ import annotations
 
+import random
 import shutil
 import socket
 import subprocess
@@ -23,8 +25,10 @@ from tests.support.redis_server import RedisServer
 from tests.support.services import skip_or_fail
 
 REDIS_CLI = shutil.which("redis-cli") or "/usr/bin/redis-cli"
-#: The ports the cluster's nodes may take (their bus ports are 10000 above).
-PORTS = range(7100, 7200)
+#: The ports the cluster's nodes may take (their bus ports are 10000 above, below Linux's ephemeral ports).
+PORTS = range(7000, 22000)
+#: How many times a start whose ports another process took first is tried again, on other ports.
+ATTEMPTS = 5
 
 
 def _free(port: int) -> bool:
@@ -37,7 +41,8 @@ def _free(port: int) -> bool:
 
 
 def _free_ports(count: int, taken: set[int]) -> list[int]:
-    found = [p for p in PORTS if p not in taken and _free(p) and _free(p + 10000)][:count]
+    candidates = random.sample(PORTS, 200)
+    found = [p for p in candidates if p not in taken and _free(p) and _free(p + 10000)][:count]
     if len(found) < count:
         raise RuntimeError(f"fewer than {count} free ports (with their bus ports) in {PORTS}")
     return found
@@ -69,9 +74,14 @@ class ClusterSetup:
         if not Path(REDIS_CLI).exists():
             skip_or_fail(f"redis-cli is not installed at {REDIS_CLI} (Debian: redis-tools)")
         self.directory = directory
-        ports = _free_ports(primaries, self._taken)
+        self.primaries = primaries
+        self.nodes: list[_Node] = []
+        self._take_ports()
+
+    def _take_ports(self) -> None:
+        ports = _free_ports(self.primaries, self._taken)
         self._taken.update(ports)
-        self.nodes = [_Node(directory / f"node{port}", port) for port in ports]
+        self.nodes = [_Node(self.directory / f"node{port}", port) for port in ports]
 
     @property
     def url(self) -> str:
@@ -115,9 +125,17 @@ class ClusterSetup:
         return target.port
 
     def start(self) -> ClusterSetup:
+        for attempt in range(ATTEMPTS):
+            try:
+                for node in self.nodes:
+                    node.start()
+                break
+            except RuntimeError:  # a port was taken between _free() and the server's bind: others, then
+                self.stop()
+                if attempt == ATTEMPTS - 1:
+                    raise
+                self._take_ports()
         try:
-            for node in self.nodes:
-                node.start()
             addresses = [f"127.0.0.1:{node.port}" for node in self.nodes]
             subprocess.run(
                 [REDIS_CLI, "--cluster", "create", *addresses, "--cluster-replicas", "0", "--cluster-yes"],

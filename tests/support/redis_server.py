@@ -68,7 +68,8 @@ class RedisServer:
         while True:
             try:
                 with self.client() as probe:
-                    if probe.ping():
+                    # ours, not a server another test run started on the port between free_port() and now
+                    if probe.ping() and int(probe.info("server")["process_id"]) == self.process.pid:
                         return self
             except redis.ConnectionError:
                 pass
