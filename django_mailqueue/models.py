@@ -57,6 +57,13 @@ class QueuedItem(models.Model):
                 name="mailqueue_item_queue_deferred",
                 condition=Q(attempts__gt=0),
             ),
+            # the overview's due and scheduled counts of one queue: its untried items alone (a queue nearly all
+            # deferred had them walk its whole range of the queue's due index to find none)
+            models.Index(
+                fields=["queue", "next_attempt", "seq"],
+                name="mailqueue_item_queue_untried",
+                condition=Q(attempts=0),
+            ),
         ]
 
     def __str__(self) -> str:

@@ -63,7 +63,11 @@ class Total:
 
     @classmethod
     def of(cls, store: QueueStore, query: ItemQuery) -> Total:
-        found = store.count(query, limit=TOTAL_BOUND + 1)
+        return cls.bounded(store.count(query, limit=TOTAL_BOUND + 1))
+
+    @classmethod
+    def bounded(cls, found: int) -> Total:
+        """A count taken to `TOTAL_BOUND + 1`."""
         return cls(min(found, TOTAL_BOUND), found > TOTAL_BOUND)
 
     def __str__(self) -> str:

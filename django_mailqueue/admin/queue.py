@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
@@ -191,7 +191,8 @@ class QueueAdmin(ReadOnlyRows, _ModelAdmin):
             items = store.list(query, offset=(params.page - 1) * per_page, limit=per_page + 1, order=params.store_order)
             if _counts_cheaply(store, query):
                 if store.bounded_counts and query.domain is None:
-                    by_state = {s.value: Total.of(store, replace(query, state=s)) for s in ItemState}
+                    counts = store.count_by_state(query, limit=TOTAL_BOUND + 1)
+                    by_state = {s.value: Total.bounded(n) for s, n in counts.items()}
                 total = by_state[params.state] if params.state else Total.of(store, query)
             if not items and params.page > 1 and total is None:
                 total = Total.of(store, query)  # past the end: say where the end is, once

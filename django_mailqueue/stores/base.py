@@ -8,6 +8,7 @@ import builtins
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -342,6 +343,12 @@ class QueueStore(abc.ABC):
         With `limit`, counting stops there: the answer is at most `limit`, and
         the store reads no more than it must to find that many.
         """
+
+    def count_by_state(self, query: ItemQuery, *, limit: int) -> dict[ItemState, int]:
+        """How many items pass `query` in each state (its own `state` ignored; `query.now` decides), each at most
+        `limit`: the admin's totals beside its state filter. The default is a `count` per state; a store may
+        read them in one step (Redis: overview.lua, the leases read once)."""
+        return {state: self.count(replace(query, state=state), limit=limit) for state in ItemState}
 
     def iter_items(self, query: ItemQuery | None = None, *, batch: int = 500) -> Iterator[QueueItem]:
         """Every item passing `query`, in `list` order, read `batch` at a time: for walking a whole queue.

@@ -26,6 +26,8 @@ _R = TypeVar("_R")
 SCAN_PAGE = 500
 #: The score of the items kept failed (select.lua's ARGV[11]).
 _NEVER = str(to_micros(NEVER))
+#: The order of overview.lua's counts in each scope.
+_STATE_ORDER = (ItemState.DUE, ItemState.SCHEDULED, ItemState.DEFERRED, ItemState.LEASED, ItemState.FAILED)
 
 
 class RedisReading(QueueStore):
@@ -173,19 +175,34 @@ class RedisReading(QueueStore):
 
         return self._do(work)
 
-    def _overview_counts(self, summary: QueueSummary, *, now: datetime, bound: int) -> None:
-        """overview.lua: every state's count, of the queue and of each queue, in one step (the leases read once)."""
-        names = self.queues()
+    def _state_counts(self, now: datetime, names: Sequence[str]) -> builtins.list[dict[ItemState, int]]:
+        """overview.lua: every state's count of the whole queue, then of each queue named, in one step (the
+        leases read once, every other count `ZCARD`/`ZCOUNT` of the sets the scripts keep)."""
         args: builtins.list[scripts.Arg] = [self.keys.prefix, str(to_micros(now)), _NEVER, *names]
         keys = [self.keys.items, self.keys.leases, self.keys.tried]
         scopes = self._do(lambda client: scripts.OVERVIEW.run(client, keys, args))
-        order = (ItemState.DUE, ItemState.SCHEDULED, ItemState.DEFERRED, ItemState.LEASED, ItemState.FAILED)
+        return [{state: int(n) for state, n in zip(_STATE_ORDER, counts, strict=True)} for counts in scopes]
 
-        def bounded(counts: Any) -> Counter[str]:
-            return Counter({state.value: min(int(n), bound + 1) for state, n in zip(order, counts, strict=True)})
+    def count_by_state(self, query: ItemQuery, *, limit: int) -> dict[ItemState, int]:
+        """One overview.lua call for the whole queue or one queue (a page of the admin's list: 5 totals); the
+        default's count per state where a domain, a search or an id prefix narrows it."""
+        if query.domain is not None or query.search or query.id_prefix is not None:
+            return super().count_by_state(query, limit=limit)
+        if query.now is None:
+            raise ValueError("a state count needs `now`")
+        counts = self._state_counts(query.now, [] if query.queue is None else [query.queue])[-1]
+        return {state: min(n, limit) for state, n in counts.items()}
+
+    def _overview_counts(self, summary: QueueSummary, *, now: datetime, bound: int) -> None:
+        """overview.lua: every state's count, of the queue and of each queue, in one step (the leases read once)."""
+        names = self.queues()
+        scopes = self._state_counts(now, names)
+
+        def bounded(counts: dict[ItemState, int]) -> Counter[str]:
+            return Counter({state.value: min(n, bound + 1) for state, n in counts.items()})
 
         summary.by_state = bounded(scopes[0])
-        summary.total = min(sum(int(n) for n in scopes[0]), bound + 1)
+        summary.total = min(sum(scopes[0].values()), bound + 1)
         summary.by_queue = {name: bounded(counts) for name, counts in zip(names, scopes[1:], strict=True)}
 
     def _candidates(

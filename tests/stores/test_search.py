@@ -10,7 +10,7 @@ from django.db import connections
 from django.db.migrations.state import ProjectState
 
 from django_mailqueue.core.clock import FakeClock
-from django_mailqueue.core.items import ItemQuery, ItemState, matches
+from django_mailqueue.core.items import ItemOrder, ItemQuery, ItemState, matches
 from django_mailqueue.stores.orm import OrmStore, queries
 from django_mailqueue.stores.orm.pg_search import TRIGRAM_INDEXES, TrigramSearchIndexes, trigram_indexes_present
 from django_mailqueue.testing.contract.support import T0, new_item
@@ -55,6 +55,25 @@ def test_a_search_matching_more_than_the_bound_is_tested_on_each_row(
             expected = [i.id for i in added if matches(i, query)]
             assert [i.id for i in store.list(query, limit=100)] == expected, search
             assert [i.id for i in store.list(query, offset=1, limit=3)] == expected[1:4], search
+
+
+@pytest.mark.parametrize("probe", [1, 3, 8, 1000])
+def test_a_search_tested_on_the_first_rows_gives_the_page_the_indexes_give(
+    pg_alias: str, monkeypatch: pytest.MonkeyPatch, probe: int
+) -> None:
+    """The first `SEARCH_PROBE` rows hold the page, or too few and the indexes (or each row) are read: the same page
+    either way, in every order, with a filter beside the search."""
+    store = OrmStore({"database": pg_alias})
+    added = fill(store)
+    monkeypatch.setattr(queries, "SEARCH_PROBE", probe)
+    now = FakeClock(T0).now()
+    for search in SEARCHES:
+        for query in (ItemQuery(search=search), ItemQuery(search=search, state=ItemState.DUE, now=now)):
+            expected = [i.id for i in added if matches(i, query)]
+            for order in ItemOrder:
+                ordered = expected[::-1] if order in (ItemOrder.NEXT_ATTEMPT_DESC, ItemOrder.NEWEST) else expected
+                assert [i.id for i in store.list(query, limit=100, order=order)] == ordered, (search, order)
+                assert [i.id for i in store.list(query, offset=2, limit=2, order=order)] == ordered[2:4], search
 
 
 def test_without_the_right_to_create_pg_trgm_the_migration_goes_on_and_search_reads_rows(

@@ -20,10 +20,10 @@
 -- The scope is a domain's items, else a queue's, else all; one index is walked in the list's order —
 -- the scope's tried set for "deferred", else the scope's set — from the first rank whose score may pass
 -- (due items end at now, scheduled ones begin after it and end before NEVER, where the failed ones are); each
--- member's item is read and tested for the
--- filters the index does not decide. The leased items are those of `leases` whose lease runs past now:
--- few, read one by one and sorted. A count of one scope (not a domain and a queue together) is
--- sorted-set arithmetic: ZCARD and ZCOUNT of the scope's set and of its tried set, less the leased items.
+-- member's item is read and tested for the filters the index does not decide. The leased items are those of
+-- `leases` whose lease runs past now: few (those scored after now), read one by one and sorted. A count of
+-- one scope (not a domain and a queue together) is sorted-set arithmetic: ZCARD and ZCOUNT of the scope's
+-- set and of its tried set, less the leased items.
 --
 -- Returns for 'count' how many pass, at most the limit; for 'list' {rank, hashes}: the rank to go on
 -- from (-1 at the end) and each passing item's hash as a flat list of fields and values.
@@ -72,10 +72,11 @@ local function hash(member)
   return redis.call('HGETALL', prefix .. 'item:' .. string.sub(member, 18))
 end
 
--- The items leased now, of the queue when one is asked for, in the list's order.
+-- The items leased now, of the queue when one is asked for, in the list's order. A lease's score is the later
+-- of its expiry and the next attempt (claim.lua, renew.lua): only those scored after now may be held.
 local function leased_now()
   local out = {}
-  for _, member in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
+  for _, member in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '(' .. now_s, '+inf')) do
     local f = read(member)
     if f and leased(f) and (queue == '' or f[1] == queue) then
       table.insert(out, {member = member, f = f, due = tonumber(f[5])})

@@ -15,7 +15,7 @@ from typing import Any, ClassVar, TypeVar
 from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
-from django.db.models import Exists, Expression, OuterRef, Q
+from django.db.models import Exists, Expression, OuterRef, Q, QuerySet
 
 from ...core.items import NewItem, QueueItem
 from ...models import QueuedRecipient
@@ -114,6 +114,15 @@ class Dialect(abc.ABC):
             item_id=OuterRef("seq"), address__icontains=search
         )
         return Q(sender__icontains=search) | Q(subject__icontains=search) | Q(Exists(at_recipient))
+
+    def search_probe(
+        self, scope: QuerySet[Any], search: str, *, order_by: Sequence[str], rows: int, offset: int, limit: int
+    ) -> list[int] | None:
+        """The seqs of a page of `search` (`offset`, `limit`) tested on the first `rows` rows of `scope` in its
+        order (`order_by`), when they hold the whole page; else None, and the store asks `search_candidates`.
+        A common search (a big domain, a common word) finds its page there, where its indexes would list too
+        many. None here: a search is tested on each row the list reads anyway where no index serves it."""
+        return None
 
     def search_candidates(self, search: str, bound: int) -> list[int] | None:
         """The seqs of the items whose sender, subject or a recipient's address holds `search` (any case), read

@@ -15,7 +15,7 @@ from typing import Any
 from django.db import transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
-from django.db.models import BooleanField, Expression, Q
+from django.db.models import BooleanField, Expression, Q, QuerySet
 from django.db.models.expressions import RawSQL
 
 from ...core.clock import to_micros
@@ -198,6 +198,21 @@ class PostgresDialect(HandWritten, PortableDialect):
         pattern = f"%{escape_like(search)}%"
         # the statement is the package's own; the search is a parameter
         return RawSQL(statement(self.name, "search_tested"), [pattern] * 3, output_field=BooleanField())  # noqa: S611
+
+    def search_probe(
+        self, scope: QuerySet[Any], search: str, *, order_by: Sequence[str], rows: int, offset: int, limit: int
+    ) -> builtins.list[int] | None:
+        """The first `rows` rows of `scope` as a subquery the search is tested on (`search_tested.sql`), read in
+        their order: PostgreSQL stops once the page is found (a word in 1 subject of 7: 357 rows for a page of 51)."""
+        inner, params = scope.values("seq", "next_attempt", "sender", "subject")[:rows].query.sql_with_params()
+        order = ", ".join(f"{column.lstrip('-')} DESC" if column.startswith("-") else column for column in order_by)
+        # Django's own SQL of the scope, the package's statement and column names; the values are parameters
+        sql = f"SELECT seq FROM ({inner}) AS mailqueue_item WHERE {statement(self.name, 'search_tested')} "  # noqa: S608
+        pattern = f"%{escape_like(search)}%"
+        with self.connection.cursor() as cursor:
+            cursor.execute(f"{sql} ORDER BY {order} LIMIT %s OFFSET %s", [*params, *[pattern] * 3, limit, offset])
+            found = [row[0] for row in cursor.fetchall()]
+        return found if len(found) == limit else None
 
     def search_candidates(self, search: str, bound: int) -> builtins.list[int] | None:
         """Two bounded reads of the trigram indexes (recipients' addresses; senders and subjects)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
+from dataclasses import replace
 from datetime import datetime
 
 from django.db import models
@@ -32,6 +33,8 @@ _NEVER_US = failed.NEVER_US
 #: A search whose indexes find at most this many items lists them by key; more, it is tested on each row read
 #: in the list's order (where matches are that common, a page of them comes early).
 SEARCH_BOUND = 3_000
+#: A search is first tested on this many of the list's first rows (`Dialect.search_probe`).
+SEARCH_PROBE = 1_000
 
 
 def load(alias: str, rows: models.QuerySet[QueuedItem]) -> list[tuple[int, QueueItem]]:
@@ -82,6 +85,16 @@ def page(
     alias: str, dialect: Dialect, query: ItemQuery | None, offset: int, limit: int, order: ItemOrder
 ) -> list[QueueItem]:
     """A page of `list`, in `order`."""
+    if query is not None and query.search and limit > 0:
+        # the search tested on the list's first rows by its other filters: a whole page there is the page (the
+        # first matches in the list's order); else the indexes are asked (`matching`)
+        scope = matching(alias, dialect, replace(query, search=None)).order_by(*ORDER_BY[order])
+        seqs = dialect.search_probe(
+            scope, query.search, order_by=ORDER_BY[order], rows=SEARCH_PROBE, offset=offset, limit=limit
+        )
+        if seqs is not None:
+            found = QueuedItem.objects.using(alias).filter(seq__in=seqs).order_by(*ORDER_BY[order])
+            return [item for _, item in load(alias, found)]
     rows = matching(alias, dialect, query).order_by(*ORDER_BY[order])[offset : offset + limit]
     return [item for _, item in load(alias, rows)]
 

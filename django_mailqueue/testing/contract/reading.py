@@ -209,6 +209,48 @@ class Reading(ContractBase):
         assert tight.total == 2 and tight.by_state["due"] == 2 and tight.by_state["leased"] == 1
         assert tight.by_queue["bulk"]["due"] == 2 and tight.by_queue["bulk"]["leased"] == 1
 
+    def test_count_by_state_is_a_count_of_each_state(self, store: QueueStore) -> None:
+        """The admin's totals beside its state filter, after every kind of change: added, claimed, deferred,
+        delivered, cancelled, rescheduled, failed and kept, a lease run out."""
+        due = store.add(new_item(["a@alpha.example"]), now=T0)
+        store.add(new_item(["b@beta.example"], not_before=at(1000)), now=T0)
+        bulk = [store.add(new_item([f"c{n}@gamma.example"], queue="bulk"), now=at(1)) for n in range(4)]
+        gone = store.add(new_item(["d@delta.example"], queue="bulk"), now=at(1))
+
+        def check(now: datetime, expected: dict[str | None, dict[ItemState, int]]) -> None:
+            for queue, counts in expected.items():
+                query = ItemQuery(queue=queue, now=now)
+                assert store.count_by_state(query, limit=100) == counts, queue
+                assert counts == {s: store.count(ItemQuery(state=s, queue=queue, now=now)) for s in ItemState}
+                assert store.count_by_state(query, limit=2) == {s: min(n, 2) for s, n in counts.items()}
+
+        def states(due: int, scheduled: int, deferred: int, leased: int, failed: int) -> dict[ItemState, int]:
+            return dict(zip(ItemState, (due, scheduled, deferred, leased, failed), strict=True))
+
+        assert list(ItemState) == [ItemState.DUE, ItemState.SCHEDULED, ItemState.DEFERRED, ItemState.LEASED,
+                                   ItemState.FAILED]  # fmt: skip
+        check(at(2), {None: states(6, 1, 0, 0, 0), "bulk": states(5, 0, 0, 0, 0), "none": states(0, 0, 0, 0, 0)})
+        taken = {i.id: i for i in store.claim(owner="w", now=at(2), lease_expires=at(60), limit=6)}
+        assert set(taken) == {due.id, *(i.id for i in bulk), gone.id}
+        check(at(3), {None: states(0, 1, 0, 6, 0), "bulk": states(0, 0, 0, 5, 0)})
+        first, second, third, fourth = (taken[i.id] for i in bulk)
+        store.complete(first.id, owner="w", revision=first.revision, completion=Completion(
+            (outcome("c0@gamma.example", RecipientState.PENDING, LATER),), next_attempt=at(10)))  # fmt: skip
+        store.complete(second.id, owner="w", revision=second.revision, completion=Completion(
+            (outcome("c1@gamma.example", RecipientState.DELIVERED),), next_attempt=at(900)))  # fmt: skip
+        store.cancel(gone.id)
+        store.reschedule(third.id, at=at(500), owner="w")
+        check(at(4), {None: states(0, 2, 1, 2, 0), "bulk": states(0, 1, 1, 1, 0)})
+        check(at(20), {None: states(0, 2, 1, 2, 0), "bulk": states(0, 1, 1, 1, 0)})  # deferred, due again
+        check(at(61), {None: states(2, 2, 1, 0, 0), "bulk": states(1, 1, 1, 0, 0)})  # the leases ran out
+        retaken = {i.id: i for i in store.claim(owner="v", now=at(61), lease_expires=at(120), limit=10)}
+        assert set(retaken) == {due.id, fourth.id, first.id}
+        failed = Completion(
+            (outcome("c3@gamma.example", RecipientState.FAILED),), next_attempt=at(900), now=at(61), keep_failed=True
+        )
+        store.complete(fourth.id, owner="v", revision=retaken[fourth.id].revision, completion=failed)
+        check(at(62), {None: states(0, 2, 0, 2, 1), "bulk": states(0, 1, 0, 1, 1)})
+
     def test_list_gives_each_order_it_names(self, store: QueueStore) -> None:
         first = store.add(new_item(not_before=at(30)), now=T0).id
         second = store.add(new_item(not_before=at(10)), now=at(1)).id
