@@ -104,16 +104,17 @@ def count(alias: str, dialect: Dialect, query: ItemQuery | None, limit: int | No
     rows = matching(alias, dialect, query)
     if limit is None:
         return rows.count()
-    if (
-        query is not None
-        and query.domain is None
-        and not query.search
-        and (query.state in _RANGES or (query.state is ItemState.DEFERRED and query.queue is None))
-    ):
-        # in the list's order, so the database reads the due (or the queue's) index from its range's start
-        # up to `limit` entries, or the deferred one (a queue's deferred items: its partial index, in any
-        # order): unordered it may scan the table from its start, and items added in time order keep the
-        # scheduled ones at its end
+    if query is not None and query.state is ItemState.DEFERRED and query.domain is None and not query.search:
+        # from the partial deferred index alone (no heap row read to test a lease): the tried items counted to
+        # the bound and as many more as are leased now, less those (few: the workers' leases)
+        tried = matching(alias, dialect, replace(query, state=None)).filter(attempts__gt=0, next_attempt__lt=_NEVER_US)
+        leased = matching(alias, dialect, replace(query, state=ItemState.LEASED))
+        held = leased.filter(attempts__gt=0, next_attempt__lt=_NEVER_US).count()
+        return max(0, min(tried[: limit + held].count() - held, limit))
+    if query is not None and query.domain is None and not query.search and query.state in _RANGES:
+        # in the list's order, so the database reads the due (or the queue's) index from its range's start up to
+        # `limit` entries: unordered it may scan the table from its start, and items added in time order keep
+        # the scheduled ones at its end
         rows = rows.order_by("next_attempt", "seq")
     # sliced, Django counts a LIMITed subquery: the database stops at `limit` rows
     return rows[:limit].count()
