@@ -19,6 +19,9 @@ it gave (`throttled`). Modes, changeable while it runs:
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -164,6 +167,11 @@ class CountingSmtpServer(LoopThreadServer):
         task.add_done_callback(self._tasks.discard)
 
     async def _listen(self) -> asyncio.AbstractServer:
+        # Its clock is the measure (a message is counted when this thread reads it): on a loaded machine a thread
+        # not run for a tenth of a second would count that long's arrivals as one moment's. Run before others
+        # where the system allows it (root, or CAP_SYS_NICE).
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), -10)
         return await asyncio.start_server(self._track, self.host, self.port)
 
     async def _shutdown(self) -> None:
