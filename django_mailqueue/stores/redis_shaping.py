@@ -20,6 +20,10 @@ from .redis_layout import Keys, fields, text
 
 _R = TypeVar("_R")
 _FORGET_US = FORGET_AFTER // timedelta(microseconds=1)
+#: The most items one `defer_destination` script call examines: a suspended destination with tens of thousands
+#: waiting is moved in slices of a few milliseconds each, never one call that blocks the server (and every
+#: other client) for seconds.
+DEFER_SLICE = 1000
 
 
 @dataclass(frozen=True)
@@ -35,7 +39,8 @@ class _Call(Generic[_R]):
 
 
 class RedisShaping(QueueStore):
-    """The shaping methods of `RedisStore`, sync and async, each one script (one round trip)."""
+    """The shaping methods of `RedisStore`, sync and async, each one script (one round trip); `defer_destination`
+    one a slice of `DEFER_SLICE` items."""
 
     keys: Keys
     key_prefix: str
@@ -97,14 +102,23 @@ class RedisShaping(QueueStore):
         keys = [self.keys.suspended, self.keys.suspension(destination)]
         return _Call(scripts.CLEAR_SUSPENSION, keys, [destination], lambda raw: int(raw) > 0)
 
-    def _defer(self, domains: Sequence[str], until: datetime, now: datetime) -> _Call[int]:
-        check_defer(domains, until, now)
+    def _defer(
+        self, domains: Sequence[str], until: datetime, now: datetime, place: tuple[int, int]
+    ) -> _Call[tuple[int, tuple[int, int] | None]]:
+        """One slice: from `place` (a candidate set, members passed over in it), how many moved and the next
+        slice's place (None when every candidate set is done)."""
         wanted = sorted({domain.lower() for domain in domains})
         candidates = [self.keys.domain(domain) for domain in wanted]  # the admin's domain index
         times = [str(to_micros(until)), str(to_micros(now))]
-        args = [self.keys.prefix, *times, str(len(candidates)), *candidates, *wanted]
+        where = [str(len(candidates)), str(DEFER_SLICE), str(place[0]), str(place[1])]
+        args = [self.keys.prefix, *times, *where, *candidates, *wanted]
         keys = [self.keys.leases, self.keys.items, self.keys.queues]
-        return _Call(scripts.DEFER_DESTINATION, keys, args, int)
+
+        def read(raw: Any) -> tuple[int, tuple[int, int] | None]:
+            moved, candidate, skip = (int(part) for part in raw)
+            return moved, (None if candidate > len(candidates) else (candidate, skip))
+
+        return _Call(scripts.DEFER_DESTINATION, keys, args, read)
 
     # --- the methods --------------------------------------------------------------------
 
@@ -135,10 +149,24 @@ class RedisShaping(QueueStore):
         return await self._arun(self._clear(destination))
 
     def defer_destination(self, domains: Sequence[str], *, until: datetime, now: datetime) -> int:
-        return self._run(self._defer(domains, until, now))
+        check_defer(domains, until, now)
+        total, place = 0, (1, 0)
+        while True:
+            moved, after = self._run(self._defer(domains, until, now, place))
+            total += moved
+            if after is None:
+                return total
+            place = after
 
     async def adefer_destination(self, domains: Sequence[str], *, until: datetime, now: datetime) -> int:
-        return await self._arun(self._defer(domains, until, now))
+        check_defer(domains, until, now)
+        total, place = 0, (1, 0)
+        while True:
+            moved, after = await self._arun(self._defer(domains, until, now, place))
+            total += moved
+            if after is None:
+                return total
+            place = after
 
 
 def _read_suspensions(raw: Any) -> builtins.list[Suspension]:
