@@ -10,8 +10,6 @@ import functools
 import logging
 import ssl
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime
 
 from ..conf import MxRoute, QueueSettings, RelayRoute, Route
 from ..core.clock import Clock, SystemClock
@@ -24,6 +22,7 @@ from ..dkim import DkimSigner
 from ..shaping import DestinationPolicy
 from . import replies
 from .addresses import EnvelopeAddress, parse_address, parse_sender
+from .attempt import AttemptResult, Destination, PreparedMessage, Progress
 from .destinations import DestinationGate, DestinationReport, suspended_reply, unreachable
 from .mta_sts import StsPolicies, StsPolicy
 from .resolver import DnsResolver, MailHost, MxResolver, Resolution, ip_literal
@@ -45,71 +44,6 @@ _SIGNED_IN_THREAD = frozenset({b"rsa-sha256"})
 
 def _signed(signer: DkimSigner | None, normalized: bytes) -> bytes:
     return normalized if signer is None else signer.sign(normalized)
-
-
-@dataclass(frozen=True)
-class AttemptResult:
-    """What one attempt decided: one outcome per recipient given, in the same order."""
-
-    outcomes: tuple[RecipientOutcome, ...]
-    #: recipients whose reply after the final "." was lost: deferred, but perhaps delivered
-    possibly_delivered: frozenset[str] = frozenset()
-    #: things for the operator (a misconfigured route, a relay without TLS, ...): the `error` signal
-    errors: tuple[QueueError, ...] = ()
-    started: datetime | None = None
-    finished: datetime | None = None
-    #: what each destination's servers said, for traffic shaping
-    destinations: tuple[DestinationReport, ...] = ()
-
-    @property
-    def held_until(self) -> datetime | None:
-        """Nothing was tried, every destination being suspended: when the first suspension ends (else None)."""
-        ends = [d.suspended.until for d in self.destinations if d.suspended is not None]
-        if not ends or len(ends) < len(self.destinations) or any(o.state.final for o in self.outcomes):
-            return None
-        return min(ends)
-
-    def by_state(self, state: RecipientState) -> tuple[RecipientOutcome, ...]:
-        return tuple(o for o in self.outcomes if o.state is state)
-
-
-@dataclass
-class _Destination:
-    """Recipients that share a route and a next hop (a domain's MX hosts, or a relay)."""
-
-    route: Route
-    #: the recipient domain (MX routes) or the relay's host (relay routes)
-    name: str
-    recipients: list[EnvelopeAddress] = field(default_factory=list)
-    #: the address when `name` is one (a relay's HOST, a recipient's address literal): no lookup
-    literal: str | None = None
-
-    @property
-    def wire_recipients(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(r.wire for r in self.recipients))
-
-
-@dataclass
-class _Progress:
-    outcomes: dict[str, RecipientOutcome] = field(default_factory=dict)
-    possibly_delivered: set[str] = field(default_factory=set)
-    errors: list[QueueError] = field(default_factory=list)
-    #: the destination's task raised (a bug): what it left undecided is deferred as an internal error
-    failed: bool = False
-    #: what its servers said, for traffic shaping
-    report: DestinationReport | None = None
-
-    def add_error(self, error: QueueError) -> None:
-        if all(str(e) != str(error) for e in self.errors):
-            self.errors.append(error)
-
-
-@dataclass(frozen=True)
-class _Message:
-    data: bytes
-    size: int
-    utf8_headers: bool
-    eightbit: bool
 
 
 class Deliverer:
@@ -183,7 +117,7 @@ class Deliverer:
 
         decided: dict[str, RecipientOutcome] = {}
         parsed: dict[str, EnvelopeAddress] = {}
-        destinations: dict[tuple[object, ...], _Destination] = {}
+        destinations: dict[tuple[object, ...], Destination] = {}
         for address in given:
             if address in decided or address in parsed:
                 continue
@@ -194,7 +128,7 @@ class Deliverer:
             parsed[address] = recipient
             self._destination(destinations, recipient).recipients.append(recipient)
 
-        progress: dict[tuple[object, ...], _Progress] = {key: _Progress() for key in destinations}
+        progress: dict[tuple[object, ...], Progress] = {key: Progress() for key in destinations}
         if destinations:
             wire = await self._message(message)
             semaphore = asyncio.Semaphore(self._max_sessions)
@@ -241,7 +175,7 @@ class Deliverer:
             destinations=reports,
         )
 
-    def _unfinished(self, progress: _Progress) -> Reply:
+    def _unfinished(self, progress: Progress) -> Reply:
         """The reply for a recipient its session left without an outcome."""
         if progress.failed:
             return replies.own_reply(replies.INTERNAL, "internal error during delivery (see the log)")
@@ -275,22 +209,22 @@ class Deliverer:
         return ("mx", recipient.domain)
 
     def _destination(
-        self, destinations: dict[tuple[object, ...], _Destination], recipient: EnvelopeAddress
-    ) -> _Destination:
+        self, destinations: dict[tuple[object, ...], Destination], recipient: EnvelopeAddress
+    ) -> Destination:
         key = self._key(recipient)
         if key not in destinations:
             route = self.settings.route_for(recipient.domain)
             if isinstance(route, RelayRoute):
-                destinations[key] = _Destination(route, route.host, literal=ip_literal(route.host))
+                destinations[key] = Destination(route, route.host, literal=ip_literal(route.host))
             else:
-                destinations[key] = _Destination(route, recipient.domain, literal=recipient.literal_address)
+                destinations[key] = Destination(route, recipient.domain, literal=recipient.literal_address)
         return destinations[key]
 
-    async def _message(self, message: bytes) -> _Message:
+    async def _message(self, message: bytes) -> PreparedMessage:
         signer = self._signer
 
-        def build(normalized: bytes) -> _Message:
-            return _Message(
+        def build(normalized: bytes) -> PreparedMessage:
+            return PreparedMessage(
                 dot_stuff(normalized), len(normalized), headers_need_smtputf8(normalized), has_8bit(normalized)
             )
 
@@ -316,7 +250,7 @@ class Deliverer:
 
     # --- one destination --------------------------------------------------------------
 
-    async def _resolve(self, dest: _Destination, deadline: float) -> Resolution:
+    async def _resolve(self, dest: Destination, deadline: float) -> Resolution:
         if dest.literal is not None:  # an address (a relay's, or a recipient's [literal]): nothing to look up
             return Resolution(hosts=(MailHost(dest.name, 0, (dest.literal,)),))
         try:
@@ -347,11 +281,11 @@ class Deliverer:
 
     async def _deliver_to(
         self,
-        dest: _Destination,
+        dest: Destination,
         sender: str,
-        message: _Message,
+        message: PreparedMessage,
         deadline: float,
-        progress: _Progress,
+        progress: Progress,
         semaphore: asyncio.Semaphore,
     ) -> None:
         """One destination's sessions; a bug in them defers its recipients (never raises)."""
@@ -363,7 +297,7 @@ class Deliverer:
             progress.failed = True
 
     async def _deliver_to_destination(
-        self, dest: _Destination, sender: str, message: _Message, deadline: float, progress: _Progress
+        self, dest: Destination, sender: str, message: PreparedMessage, deadline: float, progress: Progress
     ) -> None:
         loop = asyncio.get_running_loop()
         route = dest.route
@@ -491,7 +425,7 @@ class Deliverer:
         progress.report = DestinationReport(shaped, dest.name, tuple(seen), unreachable=unreachable(seen))
         logger.info("%s: no server took the mail: %s", dest.name, last)
 
-    def _policy(self, dest: _Destination, hosts: tuple[MailHost, ...]) -> DestinationPolicy:
+    def _policy(self, dest: Destination, hosts: tuple[MailHost, ...]) -> DestinationPolicy:
         """The destination's shaping policy: a relay's own limits, or SHAPING's for the domain and its MX hosts."""
         route, shaping = dest.route, self.settings.shaping
         key: tuple[object, ...] = (route,) if isinstance(route, RelayRoute) else (dest.name, *(h.name for h in hosts))
@@ -545,7 +479,7 @@ class Deliverer:
 
     # --- MTA-STS (RFC 8461) ------------------------------------------------------------
 
-    async def _sts_policy(self, dest: _Destination, deadline: float) -> StsPolicy | None:
+    async def _sts_policy(self, dest: Destination, deadline: float) -> StsPolicy | None:
         """The MTA-STS policy that applies to an MX destination (enforce or testing), else None."""
         if self._sts is None or not isinstance(dest.route, MxRoute) or dest.literal is not None:
             return None
@@ -557,7 +491,7 @@ class Deliverer:
         return policy if policy is not None and policy.mode != "none" else None
 
     def _sts_hosts(
-        self, sts: StsPolicy, dest: _Destination, hosts: tuple[MailHost, ...], progress: _Progress
+        self, sts: StsPolicy, dest: Destination, hosts: tuple[MailHost, ...], progress: Progress
     ) -> tuple[MailHost, ...]:
         """The MX hosts to try: under enforce only those the policy lists; testing reports the others."""
         unlisted = [host.name for host in hosts if not sts.matches(host.name)]
@@ -571,7 +505,7 @@ class Deliverer:
         return hosts if sts.mode == "testing" else tuple(host for host in hosts if sts.matches(host.name))
 
     async def _send_under_policy(
-        self, sts: StsPolicy, dest: _Destination, target: Target, envelope: Envelope, progress: _Progress
+        self, sts: StsPolicy, dest: Destination, target: Target, envelope: Envelope, progress: Progress
     ) -> SessionReport:
         """A session with TLS required and verified for the MX host; a TLS failure names the policy.
 
@@ -600,7 +534,7 @@ def _addresses(hosts: tuple[MailHost, ...], limit: int) -> list[tuple[str, str]]
     return pairs[: max(1, limit)]
 
 
-def _log_destination(name: str, label: str, recipients: tuple[str, ...], progress: _Progress) -> None:
+def _log_destination(name: str, label: str, recipients: tuple[str, ...], progress: Progress) -> None:
     if not logger.isEnabledFor(logging.INFO):
         return
     counts = dict.fromkeys(RecipientState, 0)

@@ -8,7 +8,7 @@ from datetime import datetime
 
 from ..core.errors import QueueError
 from ..core.items import RecipientOutcome, Suppression
-from ..delivery.deliverer import AttemptResult
+from ..delivery.attempt import AttemptResult
 from ..stores.base import QueueStore
 from ..suppression import SuppressionSettings, listed_outcome, suppression_key
 from .attempt import Attempt
