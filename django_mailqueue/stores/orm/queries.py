@@ -106,8 +106,13 @@ def count(alias: str, dialect: Dialect, query: ItemQuery | None, limit: int | No
         return rows.count()
     if query is not None and query.state is ItemState.DEFERRED and query.domain is None and not query.search:
         # from the partial deferred index alone (no heap row read to test a lease): the tried items counted to
-        # the bound and as many more as are leased now, less those (few: the workers' leases)
-        tried = matching(alias, dialect, replace(query, state=None)).filter(attempts__gt=0, next_attempt__lt=_NEVER_US)
+        # the bound and as many more as are leased now, less those (few: the workers' leases); in the index's order,
+        # else PostgreSQL may plan a table scan that stops at the bound, which reads far more rows than the index
+        tried = (
+            matching(alias, dialect, replace(query, state=None))
+            .filter(attempts__gt=0, next_attempt__lt=_NEVER_US)
+            .order_by("next_attempt", "seq")
+        )
         leased = matching(alias, dialect, replace(query, state=ItemState.LEASED))
         held = leased.filter(attempts__gt=0, next_attempt__lt=_NEVER_US).count()
         return max(0, min(tried[: limit + held].count() - held, limit))
