@@ -31,11 +31,11 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-# `make test PYTEST_ARGS="-n 2 --dist loadgroup"` runs pytest on two pytest-xdist workers: each has its own
-# PostgreSQL test database (pytest-django's _gw0, _gw1 suffix) and Redis database (MAILQUEUE_TEST_REDIS's number
-# + the worker's index), and the tests that share a session's servers or browser run on one worker
-# (tests/conftest.py's XDIST_GROUPS). The default stays one process until the suite is clean under it.
-PYTEST_ARGS ?=
+# pytest on two pytest-xdist workers: the suite waits on sockets, timeouts and subprocesses more than it computes.
+# Each worker has its own PostgreSQL test database (pytest-django's _gw0, _gw1 suffix) and Redis database
+# (MAILQUEUE_TEST_REDIS's number + the worker's index); the tests that share a session's servers or browser run
+# on one worker (tests/conftest.py's XDIST_GROUPS). In one process: `make test PYTEST_ARGS=`.
+PYTEST_ARGS ?= -n 2 --dist loadgroup
 
 pytest: $(STAMP)
 	$(BIN)/pytest $(PYTEST_ARGS)

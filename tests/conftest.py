@@ -30,7 +30,7 @@ def pytest_configure(config: pytest.Config) -> None:
             config.addinivalue_line("filterwarnings", f"error::django.utils.deprecation.{name}")
 
 
-#: Under pytest-xdist (`make test PYTEST_ARGS="-n 2 --dist loadgroup"`), the tests that use one of these fixtures run on
+#: Under pytest-xdist (`make test` runs `-n 2 --dist loadgroup`), the tests that use one of these fixtures run on
 #: one worker, in the group named: each fixture starts servers or a browser once per session (or module) of the
 #: worker that runs it, and two workers would start two.
 XDIST_GROUPS = {
