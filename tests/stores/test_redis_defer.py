@@ -3,25 +3,19 @@ bounded, and together exactly what one unbounded move would do (the contract sui
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from django_mailqueue.stores import redis_shaping
 from django_mailqueue.stores.redis import RedisStore
 from django_mailqueue.testing.contract import T0, at, new_item
-from tests.support.redis_server import delete_prefix, unique_prefix
+from tests.stores.conftest import Maker
 
 pytestmark = pytest.mark.redis
 
 
 @pytest.fixture
-def store(redis_url: str) -> Iterator[RedisStore]:
-    prefix = unique_prefix()
-    made = RedisStore({"url": redis_url, "key_prefix": prefix})
-    yield made
-    made.close()
-    delete_prefix(redis_url, prefix)
+def store(make: Maker) -> RedisStore:
+    return make()
 
 
 def fill(store: RedisStore) -> tuple[set[str], set[str]]:
