@@ -25,6 +25,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True, database
 
 PROCESSES = 4
 THROTTLE = b"421 4.7.0 Try again later, closing connection."
+#: Seconds after the test saw a suspension in which a connection may still open: one whose worker's store read
+#: began before the suspension was written (a round trip, then DNS and the connect, on a loaded machine).
+IN_FLIGHT = 5.0
 
 
 @pytest.fixture(params=["postgres", "redis"])
@@ -175,9 +178,10 @@ def test_a_421_keeps_four_processes_off_the_destination_until_its_suspension_end
     assert healthy_done < first_ends, (timing, [p.stdout.strip() for p in processes])
     opened = [round(c.opened - first_421, 3) for c in busy.sessions]
     # every new connection is preceded by a read of the store begun after the worker chose to open it: once the
-    # suspension was in the store (the test saw it), no connection was opened before it ended; the cohort
-    # opened before it was recorded got its own 421s
-    during = [c for c in busy.sessions if recorded < c.opened < ends]
+    # suspension was in the store, no connection was opened before it ended. Left (docs/shaping.md): the cohort
+    # opened before it was recorded, and connections whose read was under way when it was written — the test
+    # sees the record late and cannot see a worker's read begin, so those get IN_FLIGHT seconds
+    during = [c for c in busy.sessions if recorded + IN_FLIGHT < c.opened < ends]
     assert during == [], (opened, recorded - first_421, ends - first_421)
     assert all(c.throttled for c in busy.sessions[:cohort])
     assert len({a.message_id for a in busy.accepted}) == 500 and store.count() == 0
