@@ -57,7 +57,7 @@ class Selection:
     queue: str | None = None
     #: recipients at this domain, as `domain_filter` gives it
     domain: str | None = None
-    #: part of the sender's or a recipient's address, case-insensitive
+    #: `ItemQuery.search`: terms, each a recipient's `@domain`, an address start or a subject word (`core.search`)
     search: str | None = None
     #: queued at least this long ago
     older_than: timedelta | None = None

@@ -6,11 +6,11 @@ import enum
 import os
 import time
 import uuid
-from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from .clock import from_micros, to_micros
+from .search import term_matches, terms
 
 DEFAULT_QUEUE = "default"
 #: The next attempt of an item kept failed (`KEEP_FAILED`): never due, after every real time, so the stores'
@@ -259,7 +259,8 @@ class ItemQuery:
     queue: str | None = None
     #: recipients at this domain (lowercase, A-label form)
     domain: str | None = None
-    #: case-insensitive part of the sender's or a recipient's address, or of the subject
+    #: whitespace-separated terms, each a recipient's `@domain`, the start of a recipient's address or a whole
+    #: word of the subject, in any case; an item matches every term (`core.search`)
     search: str | None = None
     #: the first hex digits of the item's id (lowercase, no dashes: `uuid.hex`)
     id_prefix: str | None = None
@@ -357,9 +358,9 @@ def matches(item: QueueItem, query: ItemQuery) -> bool:
     if query.id_prefix is not None and not item.id.hex.startswith(query.id_prefix):
         return False
     if query.search:
-        needle = query.search.lower()
-        texts: Sequence[str] = [item.sender, item.subject, *(r.address for r in item.recipients)]
-        if not any(needle in text.lower() for text in texts):
+        addresses = [r.address for r in item.recipients]
+        domains = {r.domain for r in item.recipients}
+        if not all(term_matches(term, item.subject, addresses, domains) for term in terms(query.search)):
             return False
     if query.state is not None:
         if query.now is None:

@@ -77,7 +77,7 @@ def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
         "--search",
         type=search,
         default=None,
-        help="only items whose sender, a recipient or the subject contains this text",
+        help="only items with a recipient at @DOMAIN, a recipient address starting so, or this word in the subject",
     )
     parser.add_argument(
         "--older-than",

@@ -53,9 +53,9 @@ def test_an_operator_lists_filters_searches_opens_and_acts(
 
     # search by address
     open_page(browser, base + LIST_PATH)
-    browser.find_element(By.ID, "searchbar").send_keys("alice@")
+    browser.find_element(By.ID, "searchbar").send_keys("ivan@")
     wait_for_new_page(browser, browser.find_element(By.CSS_SELECTOR, "#changelist-search input[type=submit]"))
-    assert listed(browser) == ids(queue.due[0], queue.due[2], queue.scheduled)
+    assert listed(browser) == ids(queue.scheduled)
 
     # open an item from the list
     open_page(browser, base + LIST_PATH)

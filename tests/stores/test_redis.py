@@ -372,7 +372,7 @@ def test_filtered_list_and_count_read_every_page(store: RedisStore, monkeypatch:
     for query in (
         ItemQuery(domain="ODD.example"),
         ItemQuery(domain="ODD.example", search="R"),
-        ItemQuery(search="@odd"),
+        ItemQuery(search="@odd.example"),
     ):
         assert store.count(query) == 20
         assert [i.id for i in store.list(query, limit=100)] == odd

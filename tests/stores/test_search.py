@@ -1,4 +1,5 @@
-"""The queue's search on PostgreSQL: trigram indexes where pg_trgm is allowed, read first; rows tested otherwise."""
+"""The queue's search on PostgreSQL: each term read from its index (an address start's btree range, the domain index,
+the subject's trigram index where pg_trgm is allowed) first; rows tested otherwise."""
 
 from __future__ import annotations
 
@@ -12,13 +13,23 @@ from django.db.migrations.state import ProjectState
 from django_mailqueue.core.clock import FakeClock
 from django_mailqueue.core.items import ItemOrder, ItemQuery, ItemState, matches
 from django_mailqueue.stores.orm import OrmStore, queries
-from django_mailqueue.stores.orm.pg_search import TRIGRAM_INDEXES, TrigramSearchIndexes, trigram_indexes_present
+from django_mailqueue.stores.orm.pg_search import (
+    ADDRESS_START_INDEX,
+    TRIGRAM_INDEXES,
+    AddressStartIndex,
+    TrigramSearchIndexes,
+    trigram_indexes_present,
+)
+from django_mailqueue.stores.orm.statements import statement
 from django_mailqueue.testing.contract.support import T0, new_item
 from tests.support.databases import DATABASES
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(databases=DATABASES)]
 
-SEARCHES = ("ann.smith@gmail", "SMITH", "gmail.com", "@rare.example", "invoice", "Invoice 42", "noreply@", "zz9")
+SEARCHES = (
+    "ann.smith1@gmail.com", "ann.smith1", "ANN", "SMITH", "@gmail.com", "@rare.example", "invoice", "Invoice 4",
+    "invoice @rare.example", "bob3@", "noreply@", "your", "zz9", "ab",
+)  # fmt: skip
 
 
 def fill(store: OrmStore) -> list:  # type: ignore[type-arg]
@@ -34,9 +45,11 @@ def test_the_migration_made_the_trigram_indexes_and_the_search_reads_them(pg_ali
     store = OrmStore({"database": pg_alias})
     assert trigram_indexes_present(connections[pg_alias])
     added = fill(store)
-    assert store.dialect.search_candidates("rare.example", 100) is not None
-    assert store.dialect.search_candidates("ab", 100) is None  # too short for a trigram: the rows are read
-    assert store.dialect.search_candidates("gmail.com", 5) is None  # more than the bound
+    assert len(store.dialect.search_candidates("bob", 100) or []) == 12  # an address start: the btree's range
+    assert store.dialect.search_candidates("@rare.example", 100) is not None
+    assert len(store.dialect.search_candidates("invoice @rare.example", 100) or []) == 1  # each term's, intersected
+    assert store.dialect.search_candidates("ab", 100) is None  # a word too short for a trigram: the rows are read
+    assert store.dialect.search_candidates("@gmail.com", 5) is None  # more than the bound
     for search in SEARCHES:
         expected = {i.id for i in added if matches(i, ItemQuery(search=search))}
         assert {i.id for i in store.list(ItemQuery(search=search), limit=100)} == expected, search
@@ -94,7 +107,30 @@ def test_without_the_right_to_create_pg_trgm_the_migration_goes_on_and_search_re
         assert cursor.fetchone() == (0,)
     store = OrmStore({"database": pg_alias})
     added = fill(store)
-    assert store.dialect.search_candidates("rare.example", 100) is None
+    assert store.dialect.search_candidates("invoice", 100) is None  # a word: no index without pg_trgm
+    assert store.dialect.search_candidates("bob3@", 100) is not None  # an address start: the btree
     for search in SEARCHES:
         expected = {i.id for i in added if matches(i, ItemQuery(search=search))}
         assert {i.id for i in store.list(ItemQuery(search=search), limit=100)} == expected, search
+
+
+def test_an_address_start_is_a_range_of_the_address_index_read_alone(pg_alias: str) -> None:
+    """Migration 0015's index serves `LIKE 'start%'` on the lowercase address; undone and redone by the operation."""
+    conn = connections[pg_alias]
+    with conn.cursor() as cursor:
+        cursor.execute("SELECT indexdef FROM pg_indexes WHERE indexname = %s", [ADDRESS_START_INDEX])
+        row = cursor.fetchone()
+    assert row is not None and "text_pattern_ops" in row[0] and "INCLUDE (item_id, address)" in row[0]
+    state = ProjectState.from_apps(apps)
+    with conn.schema_editor() as editor:
+        AddressStartIndex().database_backwards("django_mailqueue", editor, state, state)
+    with conn.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_indexes WHERE indexname = %s", [ADDRESS_START_INDEX])
+        assert cursor.fetchone() == (0,)
+    with conn.schema_editor() as editor:
+        AddressStartIndex().database_forwards("django_mailqueue", editor, state, state)
+    with conn.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")  # a tiny table: the plan the index allows, not its cost
+        cursor.execute("EXPLAIN " + statement("postgresql", "search_recipients"), ["ann.smith1%", 10])
+        plan = "\n".join(r[0] for r in cursor.fetchall())
+    assert ADDRESS_START_INDEX in plan and "~>=~ 'ann.smith1'" in plan, plan

@@ -15,9 +15,11 @@ from typing import Any, ClassVar, TypeVar
 from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
-from django.db.models import Exists, Expression, OuterRef, Q, QuerySet
+from django.db.models import Q, QuerySet
+from django.db.models.functions import Lower
 
 from ...core.items import NewItem, QueueItem
+from ...core.search import terms
 from ...models import QueuedRecipient
 from .rows import ItemRow, RecipientRow
 from .statements import statement
@@ -107,13 +109,28 @@ class Dialect(abc.ABC):
     def queue_names(self, limit: int) -> list[str]:
         """The names of the queues holding items, sorted, at most `limit`."""
 
-    def search_filter(self, search: str) -> Q | Expression:
-        """`search` tested on each item row a query reads: its sender, its subject or a recipient's address holds
-        it, in any case (an `EXISTS` per row, for a search no index lists: `search_candidates`)."""
-        at_recipient = QueuedRecipient.objects.using(self.alias).filter(
-            item_id=OuterRef("seq"), address__icontains=search
-        )
-        return Q(sender__icontains=search) | Q(subject__icontains=search) | Q(Exists(at_recipient))
+    def search_filter(self, search: str) -> Q:
+        """`search` (`core.search.terms`) as a filter of item rows: for each term, a recipient at its domain, or
+        a recipient address starting with it (`LOWER(address) LIKE 'start%'`, an index range on PostgreSQL) or
+        its word in the subject; every term must match."""
+        recipients = QueuedRecipient.objects.using(self.alias)
+        # a word's bound: PostgreSQL's `\y` (`\b` is a backspace there), else `\b` (SQLite's REGEXP is Python's re)
+        bound = r"\y" if connections[self.alias].vendor == "postgresql" else r"\b"
+        found = Q()
+        for term in terms(search):
+            if term.domain is not None:
+                found &= Q(seq__in=recipients.filter(domain=term.domain).values("item_id"))
+                continue
+            starting = recipients.annotate(lower_address=Lower("address")).filter(lower_address__startswith=term.text)
+            matched = Q(seq__in=starting.values("item_id"))
+            if term.word:
+                matched |= Q(subject__iregex=f"{bound}{term.text}{bound}")
+            found &= matched
+        return found
+
+    def seq_in(self, seqs: list[int]) -> Q:
+        """The item rows whose seq is one of `seqs` (the search's candidates)."""
+        return Q(seq__in=seqs)
 
     def search_probe(
         self, scope: QuerySet[Any], search: str, *, order_by: Sequence[str], rows: int, offset: int, limit: int
@@ -125,9 +142,10 @@ class Dialect(abc.ABC):
         return None
 
     def search_candidates(self, search: str, bound: int) -> list[int] | None:
-        """The seqs of the items whose sender, subject or a recipient's address holds `search` (any case), read
-        from indexes, when there are at most `bound` of them; None when there are more, or no index serves the
-        search: the store then tests it row by row, on the rows its other filters and its order read."""
+        """The seqs of the items that match `search` (of a search of several terms, a superset: the store tests
+        `search_filter` on them too), read from indexes, when there are at most `bound` of them; None when there are
+        more, or no index serves the search: the store then tests it row by row, on the rows its other filters and
+        its order read."""
         return None
 
     async def await_added(self, timeout: float) -> bool:

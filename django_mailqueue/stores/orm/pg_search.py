@@ -1,4 +1,5 @@
-"""The queue's search on PostgreSQL: trigram GIN indexes (pg_trgm) made where the extension may be, and read first."""
+"""The queue's search on PostgreSQL: which index each term is read from (a btree range of lowercase addresses, the
+domain index, the subject's trigram GIN index where pg_trgm may be made) and the SQL a term is tested with."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ from django.db import DatabaseError, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.migrations.operations.base import Operation
 
+from ...core.search import Term, terms
+from .statements import statement
+
 logger = logging.getLogger("django_mailqueue.migrations")
 
 #: The trigram indexes, by name: a recipient's address, and an item's sender and subject.
@@ -16,13 +20,54 @@ TRIGRAM_INDEXES = {
     "mailqueue_recipient_address_trgm": "mailqueue_recipient USING gin (address gin_trgm_ops)",
     "mailqueue_item_text_trgm": "mailqueue_item USING gin (sender gin_trgm_ops, subject gin_trgm_ops)",
 }
-#: A search shorter than this has no trigram an index can look up: it reads the rows.
+#: A word shorter than this has no trigram an index can look up: it is tested on the rows.
 MIN_INDEXED = 3
+#: The btree of the recipients' lowercase addresses (an address start is a range of it), made by migration 0015.
+ADDRESS_START_INDEX = "mailqueue_recipient_address_start"
+ADDRESS_START = (
+    f"CREATE INDEX IF NOT EXISTS {ADDRESS_START_INDEX} ON mailqueue_recipient "
+    "(lower(address) text_pattern_ops) INCLUDE (item_id, address)"
+)
 
 
 def escape_like(text: str) -> str:
     """`text` as a `LIKE` pattern matching only itself (backslash, the default escape, before `%` and `_`)."""
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def word_pattern(word: str) -> str:
+    """A whole word as a PostgreSQL regular expression (a word is letters, digits and underscores only)."""
+    return rf"\y{word}\y"
+
+
+def candidate_reads(term: Term, *, indexed_words: bool) -> list[tuple[str, str]] | None:
+    """The statements (name, value) whose rows are the items a term matches; None when an index cannot serve it."""
+    if term.domain is not None:
+        return [("search_domain", term.domain)]
+    reads = [("search_recipients", escape_like(term.text) + "%")]
+    if term.word:
+        if not indexed_words or len(term.text) < MIN_INDEXED:
+            return None
+        reads.append(("search_items", word_pattern(term.text)))
+    return reads
+
+
+def tested_sql(dialect: str, search: str) -> tuple[str, list[str]]:
+    """The search as a condition on one row of `{items}` (each term a probe of that item's recipients or a test
+    of its subject; every term must hold), and its parameters."""
+    parts, params = [], []
+    for term in terms(search):
+        if term.domain is not None:
+            parts.append(statement(dialect, "search_tested_domain"))
+            params.append(term.domain)
+            continue
+        sql = statement(dialect, "search_tested_address")
+        params.append(escape_like(term.text) + "%")
+        if term.word:
+            sql = f"({sql} OR {statement(dialect, 'search_tested_word')})"
+            params.append(word_pattern(term.text))
+        parts.append(sql)
+    return "(" + " AND ".join(parts or ["TRUE"]) + ")", params
 
 
 def trigram_indexes_present(conn: BaseDatabaseWrapper) -> bool:
@@ -76,3 +121,29 @@ class TrigramSearchIndexes(Operation):
 
     def describe(self) -> str:
         return "Create pg_trgm and the search's trigram indexes where PostgreSQL allows it"
+
+
+class AddressStartIndex(Operation):
+    """Create `mailqueue_recipient_address_start` on PostgreSQL only: the recipients' lowercase addresses in
+    `text_pattern_ops` order (a `LIKE 'start%'` is a range of it), the item and the address included so the
+    search reads the index alone. SQLite has no `LIKE` range on an expression: its search tests the rows."""
+
+    reversible = True
+    reduces_to_sql = False
+
+    def state_forwards(self, app_label: str, state: Any) -> None:
+        pass  # an index the models do not declare (an operator class, PostgreSQL's): the migration state is unchanged
+
+    def database_forwards(self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any) -> None:
+        conn = schema_editor.connection
+        if conn.vendor == "postgresql" and self.allow_migrate_model(
+            conn.alias, from_state.apps.get_model(app_label, "QueuedRecipient")
+        ):
+            schema_editor.execute(ADDRESS_START)
+
+    def database_backwards(self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any) -> None:
+        if schema_editor.connection.vendor == "postgresql":
+            schema_editor.execute(f"DROP INDEX IF EXISTS {ADDRESS_START_INDEX}")
+
+    def describe(self) -> str:
+        return "Create the search's index of the recipients' lowercase addresses (PostgreSQL)"

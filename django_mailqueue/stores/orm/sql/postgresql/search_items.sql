@@ -1,2 +1,3 @@
--- The items whose sender or subject holds the pattern (any case), up to a bound: the trigram index.
-SELECT seq FROM {items} WHERE sender ILIKE %s OR subject ILIKE %s LIMIT %s
+-- The items whose subject holds the word (a case-insensitive regular expression, `\y` its bounds), up to a
+-- bound: the subject's trigram index.
+SELECT seq FROM {items} WHERE subject ~* %s LIMIT %s
