@@ -8,11 +8,13 @@ import builtins
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any, TypeVar
 
 from ..core.clock import to_micros
 from ..core.items import NEVER, ItemOrder, ItemQuery, ItemState, QueueItem, matches
+from ..core.search import terms
 from ..core.status import QueueSummary
 from . import redis_scripts as scripts
 from .base import OVERVIEW_QUEUES, QueueStore
@@ -32,7 +34,8 @@ _STATE_ORDER = (ItemState.DUE, ItemState.SCHEDULED, ItemState.DEFERRED, ItemStat
 
 class RedisReading(QueueStore):
     """The reading methods of `RedisStore`: an unfiltered page by rank (page.lua), the state, queue and domain
-    filters from their sorted sets (select.lua), an id prefix from `ids`, a search tested on what those give."""
+    filters from their sorted sets (select.lua) — a search's `@domain` term as the domain filter —, an id prefix
+    from `ids`, a search's other terms tested on what those give."""
 
     keys: Keys
     key_prefix: str
@@ -81,6 +84,19 @@ class RedisReading(QueueStore):
         return self._do(lambda client: scripts.SELECT.run(client, [self.keys.items, self.keys.leases], args))
 
     @staticmethod
+    def _by_domain(query: ItemQuery | None) -> ItemQuery | None:
+        """A search's `@domain` term as the domain filter (its sorted set, `domain:<d>`), the other terms left to be
+        tested on that set's items: `@rare-domain.example` reads its 20 items, not every item."""
+        if query is None or not query.search or query.domain is not None or query.id_prefix is not None:
+            return query
+        found = terms(query.search)
+        for term in found:
+            if term.domain is not None:
+                rest = " ".join(other.text for other in found if other != term)
+                return replace(query, domain=term.domain, search=rest or None)
+        return query
+
+    @staticmethod
     def _indexed(query: ItemQuery) -> bool:
         """Every filter of the query is an index's: no search, no id prefix."""
         return not query.search and query.id_prefix is None
@@ -111,6 +127,7 @@ class RedisReading(QueueStore):
         check_order(self, order)
         if limit <= 0:
             return []
+        query = self._by_domain(query)
         offset = max(offset, 0)
         reverse = order is ItemOrder.NEXT_ATTEMPT_DESC
         if query is None or query.unfiltered:
@@ -134,6 +151,7 @@ class RedisReading(QueueStore):
         return found
 
     def count(self, query: ItemQuery | None = None, *, limit: int | None = None) -> int:
+        query = self._by_domain(query)
         if query is None or query.unfiltered:
             total = int(self._do(lambda client: client.execute_command("ZCARD", self.keys.items)))
             return total if limit is None else min(total, limit)
@@ -153,6 +171,7 @@ class RedisReading(QueueStore):
 
     def iter_items(self, query: ItemQuery | None = None, *, batch: int = 500) -> Iterator[QueueItem]:
         """One pass over the list order, filtered here: `list` with a query scans from the first rank each call."""
+        query = self._by_domain(query)
         if query is None or query.unfiltered:
             for page in self._pages(batch):
                 yield from page
@@ -187,7 +206,7 @@ class RedisReading(QueueStore):
         """One overview.lua call for the whole queue or one queue (a page of the admin's list: 5 totals); the
         default's count per state where a domain, a search or an id prefix narrows it."""
         if query.domain is not None or query.search or query.id_prefix is not None:
-            return super().count_by_state(query, limit=limit)
+            return super().count_by_state(query, limit=limit)  # each a `count`: a `@domain` term its set's
         if query.now is None:
             raise ValueError("a state count needs `now`")
         counts = self._state_counts(query.now, [] if query.queue is None else [query.queue])[-1]

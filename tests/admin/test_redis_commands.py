@@ -32,6 +32,7 @@ PAGES = {
     "queue=bulk": {"queue": "bulk"},
     "queue=bulk&state=due": {"queue": "bulk", "state": "due"},
     "domain": {"domain": "d3.example"},
+    "search @domain": {"q": "@D3.example"},  # the domain's sorted set, as the domain filter
 }
 
 
