@@ -167,6 +167,32 @@ def test_a_claim_waits_for_the_wal_flush(pg_alias: str) -> None:
     assert any("synchronous_commit TO OFF" in sql for sql in statements), statements
 
 
+def test_a_token_take_skips_the_flush_only_in_its_own_transaction(pg_alias: str) -> None:
+    """The bucket's row stays locked until the take commits: its own transaction does not wait for the WAL
+    flush (docs/shaping.md). Inside a caller's transaction the take leaves the caller's commit durable."""
+    from django.db import transaction
+
+    store = OrmStore({"database": pg_alias})
+    conn = connections[pg_alias]
+    statements: list[str] = []
+
+    def capture(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        statements.append(sql)
+        return execute(sql, params, many, context)
+
+    with conn.execute_wrapper(capture):
+        assert store.take_tokens("relay:a.test:25", rate=1, burst=2, want=1, now=T0) == 1
+    assert any("synchronous_commit" in sql for sql in statements), statements
+    with conn.cursor() as cursor:
+        cursor.execute("SHOW synchronous_commit")
+        assert cursor.fetchone()[0] == "on"  # SET LOCAL: nothing left on the connection
+    with transaction.atomic(using=pg_alias):
+        assert store.take_tokens("relay:a.test:25", rate=1, burst=2, want=1, now=T0) == 1
+        with conn.cursor() as cursor:
+            cursor.execute("SHOW synchronous_commit")
+            assert cursor.fetchone()[0] == "on"
+
+
 @pytest.mark.asyncio
 async def test_a_wait_that_times_out_while_connecting_leaves_no_connection_open(pg_alias: str) -> None:
     """A listener's timeout may cancel its connect between the connection and its LISTEN."""

@@ -152,6 +152,17 @@ class PostgresDialect(HandWritten, PortableDialect):
                     found[row[0]].append(row)
         return found
 
+    def take_tokens(self, name: str, rate: float, burst: int, want: int, now_us: int) -> int:
+        """One statement; in its own transaction its commit does not wait for the WAL flush (the bucket's row
+        stays locked until the commit: docs/shaping.md), in the caller's it leaves the caller's commit as it is."""
+        asynchronous = None if self.connection.in_atomic_block else "off"
+        with self.cursor() as cursor:
+            cursor.execute(
+                statement(self.name, "take_tokens"),
+                [asynchronous, name, rate, burst, float(burst), min(want, burst), now_us],
+            )
+            return int(cursor.fetchone()[0])
+
     def drop(self, seqs: Sequence[int]) -> None:
         with self.cursor() as cursor:
             cursor.execute(statement(self.name, "drop"), [list(seqs)] * 3)
