@@ -196,7 +196,7 @@ class RedisClients:
             try:
                 client = self.sync()
                 if not self.ready:
-                    self._check_schema(scripts.SCHEMA.run(client, [self.keys.schema], [LAYOUT_VERSION]))
+                    self._check_schema(scripts.SCHEMA.run(client, self._schema_keys, [LAYOUT_VERSION]))
                     with contextlib.suppress(redis.RedisError):
                         self._note_policy(client.config_get("maxmemory-policy"))
                 return work(client)
@@ -215,7 +215,7 @@ class RedisClients:
             try:
                 client = await self._aclient()
                 if not self.ready:
-                    self._check_schema(await scripts.SCHEMA.arun(client, [self.keys.schema], [LAYOUT_VERSION]))
+                    self._check_schema(await scripts.SCHEMA.arun(client, self._schema_keys, [LAYOUT_VERSION]))
                     with contextlib.suppress(redis.RedisError):
                         self._note_policy(await client.config_get("maxmemory-policy"))
                 return await work(client)
@@ -278,6 +278,11 @@ class RedisClients:
                 self.place,
                 policy,
             )
+
+    @property
+    def _schema_keys(self) -> list[str]:
+        """schema.lua's keys: the layout's, and the search's index mark a new prefix starts with."""
+        return [self.keys.schema, self.keys.search_index]
 
     def _check_schema(self, found: Any) -> None:
         kind, value = (text(part) for part in found)

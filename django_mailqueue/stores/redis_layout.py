@@ -5,12 +5,13 @@ from __future__ import annotations
 import builtins
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..core.clock import from_micros, to_micros
 from ..core.items import NewItem, QueueItem, Recipient, RecipientState, Reply, Suppression
+from ..core.search import subject_words
 from . import redis_scripts as scripts
 
 #: What `<prefix>schema` holds: the layout of the keys below, version 1.
@@ -128,9 +129,24 @@ class Keys:
     def tried_domain(self, domain: str) -> str:
         return f"{self.prefix}tried_domain:{domain}"
 
+    def word(self, word: str) -> str:
+        """A subject word's items, by next attempt (the search)."""
+        return f"{self.prefix}word:{word}"
+
+    @property
+    def addrs(self) -> str:
+        """Every recipient address with its item, `<address>\\0<member>`, all scored 0 (the search's starts)."""
+        return f"{self.prefix}addrs"
+
+    @property
+    def search_index(self) -> str:
+        """Set once `word:<w>` and `addrs` hold every item: by schema.lua for a new prefix, else by
+        `RedisStore.build_search_index` (`manage.py mailqueue_search_index`)."""
+        return f"{self.prefix}search_index"
+
 
 def item_args(new: NewItem, item: QueueItem, now_us: int) -> builtins.list[scripts.Arg]:
-    """The 11 values add.lua and complete.lua take per item they store."""
+    """The 13 values add.lua and complete.lua take per item they store."""
     return [
         str(new.id),
         new.queue,
@@ -143,7 +159,21 @@ def item_args(new: NewItem, item: QueueItem, now_us: int) -> builtins.list[scrip
         new.subject,
         bytes(new.message),
         domains(item.recipients),
+        words(item.subject),
+        addresses(r.address for r in item.recipients),
     ]
+
+
+def words(subject: str) -> str:
+    """The subject's words as the item's hash keeps them (`words`, the search's `word:<w>` sets): lowercase,
+    distinct, space-separated (`core.search.subject_words`: a word holds no space)."""
+    return " ".join(sorted(subject_words(subject)))
+
+
+def addresses(recipients: Iterable[str]) -> str:
+    """The recipients' addresses as the item's hash keeps them (`addrs`, the search's `addrs` set): lowercase,
+    distinct, one a line (an address holds no line break nor NUL: `check_address`)."""
+    return "\n".join(dict.fromkeys(address.lower() for address in recipients))
 
 
 def domains(recipients: Sequence[Recipient]) -> str:
@@ -157,11 +187,13 @@ def seed_commands(keys: Keys, item: QueueItem, seq: int, message: bytes) -> buil
     big queue fast (bench/admin_seed.py) — store_items.lua, claim.lua and complete.lua are the reference."""
     member = f"{seq:016d}:{item.id}"
     due = str(to_micros(item.next_attempt))
+    listed = [r.address for r in item.recipients]
     fields: builtins.list[scripts.Arg] = [
         "id", str(item.id), "member", member, "queue", item.queue, "next", due,
         "created", str(to_micros(item.created)), "sender", item.sender, "rcpts", dump_recipients(item.recipients),
         "size", str(item.size), "mid", item.message_id, "subject", item.subject,
-        "domains", domains(item.recipients), "attempts", str(item.attempts), "rev", str(item.revision),
+        "domains", domains(item.recipients), "words", words(item.subject), "addrs", addresses(listed),
+        "attempts", str(item.attempts), "rev", str(item.revision),
         "reclaims", str(item.reclaims), "delay", "1" if item.delay_warned else "0",
     ]  # fmt: skip
     commands: builtins.list[tuple[scripts.Arg, ...]] = []
@@ -183,6 +215,12 @@ def seed_commands(keys: Keys, item: QueueItem, seq: int, message: bytes) -> buil
         ("ZADD", keys.ids, "0", item.id.hex),
         ("ZADD", keys.queue(item.queue), due, member),
         *(("ZADD", keys.domain(domain), due, member) for domain in domains(item.recipients).split()),
+        *(("ZADD", keys.word(word), due, member) for word in words(item.subject).split()),
+        *(
+            ("ZADD", keys.addrs, "0", f"{address}\0{member}")
+            for address in addresses(r.address for r in item.recipients).split("\n")
+            if address
+        ),
     ]
     if item.attempts and item.failed_at is None:
         commands += [("ZADD", keys.tried, due, member), ("ZADD", keys.tried_queue(item.queue), due, member)]

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import abc
 import builtins
+import itertools
+import json
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -14,18 +16,21 @@ from typing import Any, TypeVar
 
 from ..core.clock import to_micros
 from ..core.items import NEVER, ItemOrder, ItemQuery, ItemState, QueueItem, matches
-from ..core.search import terms
+from ..core.search import Term, terms
 from ..core.status import QueueSummary
 from . import redis_scripts as scripts
 from .base import OVERVIEW_QUEUES, QueueStore
 from .inputs import check_order
 from .redis_clients import SyncClient
-from .redis_layout import Keys, fields, text, to_item
+from .redis_layout import Keys, addresses, fields, text, to_item, words
 
 _R = TypeVar("_R")
 
 #: Items `list` and `count` read per script call when a search or an id prefix is tested on them.
 SCAN_PAGE = 500
+#: A search term whose index lists more items than this (a common word, a short address start) is tested on the
+#: items read in the list's order instead: matches that common fill a page early.
+SEARCH_BOUND = 20_000
 #: The score of the items kept failed (select.lua's ARGV[11]).
 _NEVER = str(to_micros(NEVER))
 #: The order of overview.lua's counts in each scope.
@@ -39,6 +44,8 @@ class RedisReading(QueueStore):
 
     keys: Keys
     key_prefix: str
+    #: `<prefix>search_index` was seen: `word:<w>` and `addrs` hold every item (docs/admin.md, "Search")
+    _search_indexed: bool = False
 
     @abc.abstractmethod
     def _do(self, work: Callable[[SyncClient[bytes]], _R]) -> _R: ...
@@ -96,6 +103,142 @@ class RedisReading(QueueStore):
                 return replace(query, domain=term.domain, search=rest or None)
         return query
 
+    def _search_ready(self) -> bool:
+        """Whether the search's indexes hold every item (`<prefix>search_index`, asked until it is there)."""
+        if not self._search_indexed:
+            self._search_indexed = bool(
+                self._do(lambda client: client.execute_command("EXISTS", self.keys.search_index))
+            )
+        return self._search_indexed
+
+    def _term_members(self, query: ItemQuery) -> builtins.list[bytes] | None:
+        """The members of the items the search's address and word terms find in their indexes (each term's, up to
+        `SEARCH_BOUND`, intersected), in the list's order; None when no term's index serves (a `@domain` term is
+        the scope: `_by_domain`), or the indexes are not built yet: the items are then read and tested."""
+        if not query.search or query.id_prefix is not None or not self._search_ready():
+            return None
+        found: dict[bytes, float] | None = None
+        for term in terms(query.search):
+            if term.domain is None and (matched := self._term_scores(term)) is not None:
+                found = matched if found is None else {m: s for m, s in found.items() if m in matched}
+        if found is None:
+            return None
+        if query.state is not None and found:
+            found = self._in_state(found, query.state, query.now)
+        return [member for member, _ in sorted(found.items(), key=lambda entry: (entry[1], entry[0]))]
+
+    def _in_state(self, found: dict[bytes, float], state: ItemState, now: datetime | None) -> dict[bytes, float]:
+        """Of the search's items, those a state filter may pass, from their next attempts and one `ZMSCORE` of
+        `leases` or `tried` (a word in every subject and the items deferred: not each item read); `matches` decides."""
+        if now is None:
+            raise ValueError("a state filter needs `now`")
+        now_us, never = to_micros(now), float(_NEVER)
+        if state is ItemState.FAILED:
+            return {m: s for m, s in found.items() if s >= never}
+        members = builtins.list(found)
+        key = self.keys.leases if state is ItemState.LEASED else self.keys.tried
+        scores = self._do(lambda client: client.execute_command("ZMSCORE", key, *members))
+        held = {m for m, score in zip(members, scores, strict=True) if score is not None}
+        if state is ItemState.LEASED:
+            return {m: s for m, s in found.items() if m in held}
+        if state is ItemState.DEFERRED:
+            return {m: s for m, s in found.items() if m in held and s < never}
+        if state is ItemState.DUE:
+            return {m: s for m, s in found.items() if m not in held and s <= now_us}
+        return {m: s for m, s in found.items() if m not in held and now_us < s < never}
+
+    def _term_scores(self, term: Term) -> dict[bytes, float] | None:
+        """The members (and next attempts) of the items a term finds: recipients' addresses starting with it
+        (a `ZRANGEBYLEX` of `addrs`, scored from `items`), and for a word its subject set; None past the bound."""
+        low = b"[" + term.text.encode()
+        word = self.keys.word(term.text)
+
+        def first(client: SyncClient[bytes]) -> builtins.list[Any]:
+            pipe = client.pipeline(transaction=False)
+            pipe.execute_command("ZRANGEBYLEX", self.keys.addrs, low, low + b"\xff", "LIMIT", 0, SEARCH_BOUND + 1)  # type: ignore[no-untyped-call]
+            pipe.execute_command("ZCARD", word) if term.word else None  # type: ignore[no-untyped-call]
+            return pipe.execute()
+
+        replies = self._do(first)
+        if len(replies[0]) > SEARCH_BOUND or (term.word and int(replies[1]) > SEARCH_BOUND):
+            return None
+        members = builtins.list(dict.fromkeys(entry.partition(b"\0")[2] for entry in replies[0]))
+
+        def second(client: SyncClient[bytes]) -> builtins.list[Any]:
+            pipe = client.pipeline(transaction=False)
+            if members:
+                pipe.execute_command("ZMSCORE", self.keys.items, *members)  # type: ignore[no-untyped-call]
+            if term.word:
+                pipe.execute_command("ZRANGE", word, 0, -1, "WITHSCORES")  # type: ignore[no-untyped-call]
+            return pipe.execute() if members or term.word else []
+
+        replies = self._do(second)
+        scores = {m: float(s) for m, s in zip(members, replies.pop(0) if members else [], strict=True) if s is not None}
+        if term.word:
+            listed = replies.pop(0)  # [member, score] pairs (RESP3) or one flat list (RESP2)
+            pairs = (
+                listed
+                if listed and isinstance(listed[0], list | tuple)
+                else zip(listed[::2], listed[1::2], strict=True)
+            )
+            scores.update({member: float(score) for member, score in pairs})
+        return scores
+
+    def _walk(self, members: Sequence[bytes], query: ItemQuery, *, need: int | None) -> Iterator[QueueItem]:
+        """The items of `members`, in that order, that pass `query`: read a batch of hashes at a time, the first
+        batches no bigger than `need` (the page's end) asks."""
+        start = 0
+        while start < len(members):
+            size = SCAN_PAGE if need is None else max(min(need, SCAN_PAGE), 10)
+            batch = members[start : start + size]
+            start += size
+
+            def work(client: SyncClient[bytes], batch: Sequence[bytes] = batch) -> builtins.list[Any]:
+                pipe = client.pipeline(transaction=False)
+                for member in batch:
+                    pipe.execute_command("HGETALL", self.keys.item(uuid.UUID(text(member)[17:])))  # type: ignore[no-untyped-call]
+                return pipe.execute()
+
+            for raw in self._do(work):
+                if raw and matches(item := to_item(raw), query):
+                    yield item
+                    if need is not None:
+                        need -= 1
+
+    def _ids_after(self, after: bytes, batch: int) -> Callable[[SyncClient[bytes]], Any]:
+        """A read of the next `batch` ids of `ids` after `after` (a ZRANGEBYLEX bound)."""
+        return lambda client: client.execute_command("ZRANGEBYLEX", self.keys.ids, after, b"+", "LIMIT", 0, batch)
+
+    def build_search_index(self, *, batch: int = 500) -> int:
+        """Put the items queued before the search had indexes into them (`word:<w>`, `addrs`; reindex.lua), then
+        mark them whole (`<prefix>search_index`); until then a search reads and tests the items. Walks `ids`
+        (items that move keep their place there; items added meanwhile are indexed by add.lua). Returns how many
+        items it indexed. `manage.py mailqueue_search_index` runs it."""
+        done, after = 0, b"-"
+        while True:
+            found: builtins.list[bytes] = self._do(self._ids_after(after, batch))
+            if not found:
+                break
+            after = b"(" + found[-1]
+
+            def work(client: SyncClient[bytes], found: Sequence[bytes] = found) -> int:
+                pipe = client.pipeline(transaction=False)
+                for hex_id in found:
+                    pipe.execute_command("HMGET", self.keys.item(uuid.UUID(hex=text(hex_id))), "subject", "rcpts")  # type: ignore[no-untyped-call]
+                args: builtins.list[scripts.Arg] = [self.keys.prefix, "0"]
+                for hex_id, (subject, rcpts) in zip(found, pipe.execute(), strict=True):
+                    if rcpts is None:
+                        continue  # gone meanwhile
+                    listed = (entry[0] for entry in json.loads(rcpts))
+                    args += [str(uuid.UUID(hex=text(hex_id))), words(text(subject or b"")), addresses(listed)]
+                args[1] = str((len(args) - 2) // 3)
+                return int(scripts.REINDEX.run(client, [self.keys.items], args))
+
+            done += self._do(work)
+        self._do(lambda client: client.execute_command("SET", self.keys.search_index, "1"))
+        self._search_indexed = True
+        return done
+
     @staticmethod
     def _indexed(query: ItemQuery) -> bool:
         """Every filter of the query is an index's: no search, no id prefix."""
@@ -137,6 +280,10 @@ class RedisReading(QueueStore):
         if query.id_prefix is not None:
             listed = [item for item in self._with_id_prefix(query.id_prefix) if matches(item, query)]
             return (listed[::-1] if reverse else listed)[offset : offset + limit]
+        members = self._term_members(query)
+        if members is not None:
+            walk = self._walk(members[::-1] if reverse else members, query, need=offset + limit)
+            return builtins.list(itertools.islice(walk, offset, offset + limit))
         found: builtins.list[QueueItem] = []
         for page in self._candidates(query, reverse=reverse):  # the items before `offset` are counted, not kept
             for item in page:
@@ -160,6 +307,9 @@ class RedisReading(QueueStore):
         if query.id_prefix is not None:
             passing = sum(1 for item in self._with_id_prefix(query.id_prefix) if matches(item, query))
             return passing if limit is None else min(passing, limit)
+        members = self._term_members(query)
+        if members is not None:
+            return sum(1 for _ in itertools.islice(self._walk(members, query, need=limit), limit))
         found = 0
         for page in self._candidates(query):  # stops once `limit` items passed
             for item in page:
@@ -178,6 +328,10 @@ class RedisReading(QueueStore):
             return
         if query.id_prefix is not None:
             yield from (item for item in self._with_id_prefix(query.id_prefix) if matches(item, query))
+            return
+        members = self._term_members(query)
+        if members is not None:
+            yield from self._walk(members, query, need=None)
             return
         for page in self._candidates(query, batch):
             yield from (item for item in page if matches(item, query))

@@ -33,6 +33,9 @@ PAGES = {
     "queue=bulk&state=due": {"queue": "bulk", "state": "due"},
     "domain": {"domain": "d3.example"},
     "search @domain": {"q": "@D3.example"},  # the domain's sorted set, as the domain filter
+    "search address": {"q": "R42@d0"},  # a range of `addrs`
+    "search word": {"q": "weekly"},  # `word:weekly`
+    "search word, deferred": {"q": "weekly", "state": "deferred"},
 }
 
 
@@ -47,7 +50,7 @@ def fill(n: int, start: int) -> None:
     store = get_store()
     for i in range(start, start + n):
         store.add(
-            new_item([f"r{i}@d{i % 7}.example"], queue="bulk" if i % 3 == 0 else "default"),
+            new_item([f"r{i}@d{i % 7}.example"], queue="bulk" if i % 3 == 0 else "default", subject=f"Weekly {i}"),
             now=NOW - timedelta(minutes=1) if i % 3 else NOW + timedelta(hours=1),
         )
     claimed = store.claim(owner="w", now=NOW, lease_expires=NOW + timedelta(minutes=5), limit=10)

@@ -10,8 +10,8 @@
 -- ARGV[2]  the layout version
 -- ARGV[3]  MAX_ITEMS, or '' for no bound
 -- ARGV[4]  n, how many items follow
--- then, per item, 11 values: id, queue, next attempt (µs), created (µs), sender,
---          recipients (JSON), size, Message-ID, subject, message bytes, domains
+-- then, per item, 13 values: id, queue, next attempt (µs), created (µs), sender,
+--          recipients (JSON), size, Message-ID, subject, message bytes, domains, words, addresses
 --
 -- Returns {'ok'} once every item is stored and idle workers are told;
 -- {'full', held} when the batch would pass MAX_ITEMS; {'duplicate', id} when an

@@ -24,8 +24,8 @@
 -- ARGV[10] MAX_ITEMS, or '' for no bound (checked only when DSNs follow)
 -- ARGV[11] with 'keep': when it failed (µs), else ''
 -- ARGV[12] n, how many DSN items follow
--- then, per DSN, the 11 values add.lua takes: id, queue, next attempt (µs), created (µs),
---          sender, recipients (JSON), size, Message-ID, subject, message bytes, domains
+-- then, per DSN, the 13 values add.lua takes: id, queue, next attempt (µs), created (µs),
+--          sender, recipients (JSON), size, Message-ID, subject, message bytes, domains, words, addresses
 -- then m, how many suppression entries follow, and per entry the 3 values store_suppressions takes
 --
 -- Returns 1 once recorded (or the item and its message dropped) and the DSNs added,

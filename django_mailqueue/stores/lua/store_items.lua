@@ -1,10 +1,11 @@
 -- store_items.lua: put before add.lua and complete.lua (`LuaScript(..., uses=...)`): how a script
--- checks and stores new items, each given as 11 values from ARGV[first] on: id, queue, next
+-- checks and stores new items, each given as 13 values from ARGV[first] on: id, queue, next
 -- attempt (µs), created (µs), sender, recipients (JSON), size, Message-ID, subject, message bytes,
--- the recipients' domains (lowercase, distinct, space-separated); and how an item enters and leaves
--- the admin's indexes (docs/redis.md, "The keys").
+-- the recipients' domains (lowercase, distinct, space-separated), the subject's words (lowercase,
+-- distinct, space-separated: `core.search.subject_words`), the recipients' addresses (lowercase,
+-- distinct, one a line); and how an item enters and leaves the admin's indexes (docs/redis.md, "The keys").
 
-local STRIDE = 11
+local STRIDE = 13
 
 -- The id of the first of the n items already queued, or nil.
 local function queued_already(prefix, first, n)
@@ -17,11 +18,35 @@ local function queued_already(prefix, first, n)
   return nil
 end
 
+-- The search's indexes of an item (docs/admin.md, "Search"), from its hash's `words` and `addrs`: each subject
+-- word's set `word:<w>`, scored by the next attempt, and `addrs`, every address with its item
+-- (`<address>\0<member>`, all scored 0: an address start is a ZRANGEBYLEX).
+local function index_terms(prefix, member, due)
+  local t = redis.call('HMGET', prefix .. 'item:' .. string.sub(member, 18), 'words', 'addrs')
+  for word in string.gmatch(t[1] or '', '%S+') do
+    redis.call('ZADD', prefix .. 'word:' .. word, due, member)
+  end
+  for address in string.gmatch(t[2] or '', '[^\n]+') do
+    redis.call('ZADD', prefix .. 'addrs', 0, address .. '\0' .. member)
+  end
+end
+
+local function unindex_terms(prefix, member)
+  local t = redis.call('HMGET', prefix .. 'item:' .. string.sub(member, 18), 'words', 'addrs')
+  for word in string.gmatch(t[1] or '', '%S+') do
+    redis.call('ZREM', prefix .. 'word:' .. word, member)
+  end
+  for address in string.gmatch(t[2] or '', '[^\n]+') do
+    redis.call('ZREM', prefix .. 'addrs', address .. '\0' .. member)
+  end
+end
+
 -- The admin's indexes of an item (docs/redis.md): its id's 32 hex digits in `ids` (by bytes: a prefix is a
 -- ZRANGEBYLEX), its queue's and each recipient domain's sets, and while it has
 -- been tried (attempts > 0: `tried`) the tried sets of all, of its queue and of each domain, every one scored
--- by the next attempt.
+-- by the next attempt; and the search's (`index_terms`).
 local function index_item(prefix, member, queue, domains, due, tried)
+  index_terms(prefix, member, due)
   redis.call('ZADD', prefix .. 'ids', 0, (string.gsub(string.sub(member, 18), '-', '')))
   redis.call('ZADD', prefix .. 'queue:' .. queue, due, member)
   for domain in string.gmatch(domains, '%S+') do
@@ -37,6 +62,7 @@ local function index_item(prefix, member, queue, domains, due, tried)
 end
 
 local function unindex_item(prefix, member, queue, domains)
+  unindex_terms(prefix, member)
   redis.call('ZREM', prefix .. 'ids', (string.gsub(string.sub(member, 18), '-', '')))
   redis.call('ZREM', prefix .. 'queue:' .. queue, member)
   for domain in string.gmatch(domains or '', '%S+') do
@@ -57,6 +83,7 @@ local function store_items(prefix, seq_key, items_key, queues_key, first, n)
       'id', id, 'member', member, 'queue', queue, 'next', due, 'created', ARGV[base + 3],
       'sender', ARGV[base + 4], 'rcpts', ARGV[base + 5], 'size', ARGV[base + 6],
       'mid', ARGV[base + 7], 'subject', ARGV[base + 8], 'domains', ARGV[base + 10],
+      'words', ARGV[base + 11], 'addrs', ARGV[base + 12],
       'attempts', 0, 'rev', 0, 'reclaims', 0, 'delay', 0)
     redis.call('SET', prefix .. 'message:' .. id, ARGV[base + 9])
     redis.call('ZADD', items_key, due, member)
