@@ -21,8 +21,8 @@ class Term:
 
     @property
     def domain(self) -> str | None:
-        """The recipient domain a `@<domain>` term names, else None."""
-        return self.text[1:] if self.text.startswith("@") else None
+        """The recipient domain a `@<domain>` term names, else None (`@` alone is an address start: none has it)."""
+        return self.text[1:] if self.text.startswith("@") and len(self.text) > 1 else None
 
     @property
     def word(self) -> bool:

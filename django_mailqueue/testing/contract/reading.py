@@ -179,6 +179,7 @@ class Reading(ContractBase):
             "@alpha.example": {3},  # a domain is whole
             "@ALPHA.EXAMPLE.NET": {4},
             "@example": set(),
+            "@": set(),
             "@corp.example": set(),  # never the sender
             "boss": set(),
             "under.example": set(),  # never a part inside an address
