@@ -42,7 +42,7 @@ def smtp_capture() -> Iterator[tuple[int, _Capture]]:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    controller = Controller(handler, hostname="127.0.0.1", port=port)
+    controller = Controller(handler, hostname="127.0.0.1", port=port, ready_timeout=60)
     controller.start()
     try:
         yield port, handler

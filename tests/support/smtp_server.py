@@ -277,6 +277,8 @@ class SmtpServer:
             "auth_require_tls": auth_require_tls and not implicit_tls,
             "auth_required": auth_required,
             "authenticator": self._authenticate,
+            # aiosmtpd's 5 s to start and answer its own probe: too little on a loaded machine (load 20)
+            "ready_timeout": 60,
         }
         if size_limit is not None:
             kwargs["data_size_limit"] = size_limit

@@ -41,7 +41,7 @@ ROUTES = {"*": "mx", "dest.test": "mx"}
 
 
 def scrape(port: int) -> Samples:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:  # noqa: S310
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as response:  # noqa: S310
         text = response.read().decode()
     return {
         (sample.name, tuple(sorted(sample.labels.items()))): sample.value
