@@ -34,15 +34,20 @@ from .redis_clients import AsyncClient, RedisClients, SyncClient, T
 from .redis_failed import RedisFailed
 from .redis_layout import (
     LAYOUT_VERSION,
+    SHAPE,
     Keys,
+    Shapes,
     bytes_or_none,
+    domains,
     dump_recipients,
+    fields,
     item_args,
     layout_prefix,
     suppression_args,
     text,
     to_item,
     to_item_or_none,
+    words,
 )
 from .redis_reading import RedisReading
 from .redis_shaping import RedisShaping
@@ -82,6 +87,8 @@ class RedisStore(RedisReading, RedisSuppressionList, RedisShaping, RedisFailed):
         #: on a Redis Cluster, every key under a hash tag of the prefix's: one slot, so scripts may touch them all
         self.cluster: bool = bool(self.options.get("cluster", False))
         self.keys = Keys(layout_prefix(self.key_prefix, cluster=self.cluster))
+        #: the queue and domains of the items met, for the keys a script declares
+        self._shapes = Shapes()
         self.on_commit: bool = bool(self.options.get("on_commit", False))
         timeout = float(self.options.get("socket_timeout", conn.DEFAULT_SOCKET_TIMEOUT))
         failover_timeout = conn.failover_timeout(self.options)
@@ -159,12 +166,13 @@ class RedisStore(RedisReading, RedisSuppressionList, RedisShaping, RedisFailed):
             str(len(items)),
         ]
         added = []
+        keys = [self.keys.schema, self.keys.seq, self.keys.items, self.keys.queues, *self._marker(), *self.keys.indexes]
         for new in items:
             item = as_added(new, now, now_us)
             args += item_args(new, item, now_us)
             added.append(item)
-        keys = (self.keys.schema, self.keys.seq, self.keys.items, self.keys.queues, *self._marker())
-        return _AddPlan(keys, tuple(args), tuple(added))
+            keys += self.keys.of_item(new.id, _shape(item))
+        return _AddPlan(tuple(dict.fromkeys(keys)), tuple(args), tuple(added))
 
     def _added(self, plan: _AddPlan, reply: Any) -> builtins.list[QueueItem]:
         outcome = [text(part) for part in reply]
@@ -175,6 +183,8 @@ class RedisStore(RedisReading, RedisSuppressionList, RedisShaping, RedisFailed):
         if outcome[0] == "schema":
             self._clients.ready = False
             raise self._clients.foreign(outcome[1])
+        for item in plan.added:
+            self._shapes.add(item.id, _shape(item))
         return list(plan.added)
 
     def add_many(self, items: Sequence[NewItem], *, now: datetime) -> builtins.list[QueueItem]:
@@ -237,7 +247,7 @@ class RedisStore(RedisReading, RedisSuppressionList, RedisShaping, RedisFailed):
         call = self._claim_args(owner, now, lease_expires, queues, limit)
         if call is None:
             return []
-        return self._do(lambda client: [to_item(raw) for raw in scripts.CLAIM.run(client, *call, self.wait)])
+        return self._do(lambda client: self._took(scripts.CLAIM.run(client, *call, self.wait)))
 
     async def aclaim(
         self, *, owner: str, now: datetime, lease_expires: datetime, queues: Sequence[str] | None = None, limit: int = 1
@@ -247,9 +257,18 @@ class RedisStore(RedisReading, RedisSuppressionList, RedisShaping, RedisFailed):
             return []
 
         async def work(client: AsyncClient[bytes]) -> builtins.list[QueueItem]:
-            return [to_item(raw) for raw in await scripts.CLAIM.arun(client, *call, self.wait)]
+            return self._took(await scripts.CLAIM.arun(client, *call, self.wait))
 
         return await self._ado(work)
+
+    def _took(self, raws: Any) -> builtins.list[QueueItem]:
+        """The claimed items, their queue and domains noted (the keys a later reschedule declares)."""
+        items = []
+        for raw in raws:
+            item = to_item(raw)
+            self._shapes.note(item.id, fields(raw))
+            items.append(item)
+        return items
 
     def _renew_args(self, ids: Sequence[uuid.UUID], owner: str, lease_expires: datetime) -> builtins.list[scripts.Arg]:
         check_owner(owner)
@@ -288,18 +307,22 @@ class RedisStore(RedisReading, RedisSuppressionList, RedisShaping, RedisFailed):
 
     def _complete_call(
         self, item_id: uuid.UUID, owner: str, revision: int, completion: Completion, raw: Any
-    ) -> tuple[QueueItem, builtins.list[scripts.Arg]] | None:
-        """The item after `completion` and the script's arguments; None when the item is gone."""
+    ) -> tuple[QueueItem, scripts.Call] | None:
+        """The item after `completion` and the script's keys and arguments; None when the item is gone."""
         if not raw:
+            self._shapes.forget(item_id)
             return None
         before = to_item(raw)
         if before.owner != owner or before.revision != revision:
             raise _lease_lost(item_id, owner)
         after = apply_completion(before, completion)
+        keys = self._complete_keys()
+        keys += self.keys.of_item(item_id, self._shapes.note(item_id, fields(raw)))
         args: builtins.list[scripts.Arg] = [self.keys.prefix, str(item_id), owner, str(revision)]
         failed_at = ""
         if after.done and not after.kept:
             args += ["drop", "", "", "", ""]
+            self._shapes.forget(item_id)
         else:
             args += [
                 "keep" if after.kept else "record",
@@ -314,9 +337,11 @@ class RedisStore(RedisReading, RedisSuppressionList, RedisShaping, RedisFailed):
             assert completion.now is not None  # check_completion
             now_us = to_micros(completion.now)
             for dsn in completion.dsns:
-                args += item_args(dsn, as_added(dsn, completion.now, now_us), now_us)
+                added = as_added(dsn, completion.now, now_us)
+                args += item_args(dsn, added, now_us)
+                keys += self.keys.of_item(dsn.id, _shape(added))
         args += suppression_args(completion.suppress)
-        return after, args
+        return after, (builtins.list(dict.fromkeys(keys)), args)
 
     def _completed(self, item_id: uuid.UUID, owner: str, after: QueueItem, reply: Any) -> QueueItem | None:
         if reply == -1:
@@ -339,6 +364,7 @@ class RedisStore(RedisReading, RedisSuppressionList, RedisShaping, RedisFailed):
             keys.suppressed,
             keys.suppressed_by_time,
             *self._marker(),
+            *keys.indexes,
         ]
 
     # A completion is two round trips, each retried on its own: the read, then the script with a
@@ -347,12 +373,11 @@ class RedisStore(RedisReading, RedisSuppressionList, RedisShaping, RedisFailed):
     def complete(self, item_id: uuid.UUID, *, owner: str, revision: int, completion: Completion) -> QueueItem | None:
         check_owner(owner)
         check_completion(completion)
-        keys = self._complete_keys()
         raw = self._do(lambda client: _hgetall(client, self.keys.item(item_id)))
         call = self._complete_call(item_id, owner, revision, completion, raw)
         if call is None:
             return None
-        after, args = call
+        after, (keys, args) = call
         reply = self._do(lambda client: scripts.COMPLETE.run(client, keys, args, self.wait))
         return self._completed(item_id, owner, after, reply)
 
@@ -361,7 +386,6 @@ class RedisStore(RedisReading, RedisSuppressionList, RedisShaping, RedisFailed):
     ) -> QueueItem | None:
         check_owner(owner)
         check_completion(completion)
-        keys = self._complete_keys()
 
         async def read(client: AsyncClient[bytes]) -> Any:
             return await _ahgetall(client, self.keys.item(item_id))
@@ -369,7 +393,7 @@ class RedisStore(RedisReading, RedisSuppressionList, RedisShaping, RedisFailed):
         call = self._complete_call(item_id, owner, revision, completion, await self._ado(read))
         if call is None:
             return None
-        after, args = call
+        after, (keys, args) = call
 
         async def write(client: AsyncClient[bytes]) -> Any:
             return await scripts.COMPLETE.arun(client, keys, args, self.wait)
@@ -402,7 +426,7 @@ class RedisStore(RedisReading, RedisSuppressionList, RedisShaping, RedisFailed):
                 continue
             answers.append(None)
             if call is not None:
-                calls.append((index, call[0], (self._complete_keys(), call[1])))
+                calls.append((index, call[0], call[1]))
         if not calls:
             return answers
 
@@ -426,31 +450,70 @@ class RedisStore(RedisReading, RedisSuppressionList, RedisShaping, RedisFailed):
             check_owner(owner)
         return [self.keys.prefix, str(item_id), str(to_micros(at)), owner or ""]
 
+    def _with_item(self, item_id: uuid.UUID, head: builtins.list[str], shape: builtins.list[Any]) -> builtins.list[str]:
+        """`head`, then the item's keys by its shape (queue, domains, words; as read or known): [] when it is gone."""
+        if shape[0] is None:
+            return []
+        known = (text(shape[0]), text(shape[1] or b""), text(shape[2] or b""))
+        self._shapes.add(item_id, known)
+        item_keys = self.keys.of_item(item_id, known)
+        return builtins.list(dict.fromkeys([*head, *self.keys.indexes, *item_keys]))
+
+    def _item_keys(self, client: SyncClient[bytes], item_id: uuid.UUID, head: builtins.list[str]) -> builtins.list[str]:
+        """The keys a script writing the item declares (its queue and domains known, or read first)."""
+        shape = self._shapes.get(item_id) or client.execute_command("HMGET", self.keys.item(item_id), *SHAPE)
+        return self._with_item(item_id, head, builtins.list(shape))
+
+    async def _aitem_keys(
+        self, client: AsyncClient[bytes], item_id: uuid.UUID, head: builtins.list[str]
+    ) -> builtins.list[str]:
+        shape = self._shapes.get(item_id) or await client.execute_command(  # type: ignore[no-untyped-call]
+            "HMGET", self.keys.item(item_id), *SHAPE
+        )
+        return self._with_item(item_id, head, builtins.list(shape))
+
     def reschedule(self, item_id: uuid.UUID, *, at: datetime, owner: str | None = None) -> bool:
         args = self._reschedule_args(item_id, at, owner)
-        keys = [self.keys.leases, self.keys.items, self.keys.queues]
-        return self._do(lambda client: bool(scripts.RESCHEDULE.run(client, keys, args, self.wait) == 1))
+        head = [self.keys.leases, self.keys.items, self.keys.queues]
+
+        def work(client: SyncClient[bytes]) -> bool:
+            keys = self._item_keys(client, item_id, head)
+            return bool(keys) and scripts.RESCHEDULE.run(client, keys, args, self.wait) == 1
+
+        return self._do(work)
 
     async def areschedule(self, item_id: uuid.UUID, *, at: datetime, owner: str | None = None) -> bool:
         args = self._reschedule_args(item_id, at, owner)
-        keys = [self.keys.leases, self.keys.items, self.keys.queues]
+        head = [self.keys.leases, self.keys.items, self.keys.queues]
 
         async def work(client: AsyncClient[bytes]) -> bool:
-            return bool(await scripts.RESCHEDULE.arun(client, keys, args, self.wait) == 1)
+            keys = await self._aitem_keys(client, item_id, head)
+            return bool(keys) and await scripts.RESCHEDULE.arun(client, keys, args, self.wait) == 1
 
         return await self._ado(work)
 
+    def _cancel_keys(self, item_id: uuid.UUID, keys: builtins.list[str]) -> builtins.list[str]:
+        """A gone item's own keys still: its message may be left (cancel.lua drops it)."""
+        self._shapes.forget(item_id)
+        return keys or [self.keys.leases, self.keys.items, self.keys.item(item_id), self.keys.message(item_id)]
+
     def cancel(self, item_id: uuid.UUID) -> QueueItem | None:
-        keys = [self.keys.leases, self.keys.items]
         args = [self.keys.prefix, str(item_id)]
-        return self._do(lambda client: to_item_or_none(scripts.CANCEL.run(client, keys, args, self.wait)))
+
+        def work(client: SyncClient[bytes]) -> QueueItem | None:
+            keys = self._cancel_keys(item_id, self._item_keys(client, item_id, [self.keys.leases, self.keys.items]))
+            return to_item_or_none(scripts.CANCEL.run(client, keys, args, self.wait))
+
+        return self._do(work)
 
     async def acancel(self, item_id: uuid.UUID) -> QueueItem | None:
-        keys = [self.keys.leases, self.keys.items]
         args: builtins.list[scripts.Arg] = [self.keys.prefix, str(item_id)]
 
         async def work(client: AsyncClient[bytes]) -> QueueItem | None:
-            return to_item_or_none(await scripts.CANCEL.arun(client, keys, args, self.wait))
+            found = await self._aitem_keys(client, item_id, [self.keys.leases, self.keys.items])
+            return to_item_or_none(
+                await scripts.CANCEL.arun(client, self._cancel_keys(item_id, found), args, self.wait)
+            )
 
         return await self._ado(work)
 
@@ -522,6 +585,11 @@ class RedisStore(RedisReading, RedisSuppressionList, RedisShaping, RedisFailed):
     async def await_added(self, timeout: float) -> bool:
         """Wait for an add's message on `<prefix>wakeup`; True once one came (see `RedisClients.await_added`)."""
         return await self._clients.await_added(timeout)
+
+
+def _shape(item: QueueItem) -> tuple[str, str, str]:
+    """A new item's queue, domains and words, as its hash will keep them."""
+    return item.queue, domains(item.recipients), words(item.subject)
 
 
 def _hgetall(client: SyncClient[bytes], key: str) -> Any:

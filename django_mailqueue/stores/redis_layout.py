@@ -144,6 +144,55 @@ class Keys:
         `RedisStore.build_search_index` (`manage.py mailqueue_search_index`)."""
         return f"{self.prefix}search_index"
 
+    # what a script that writes items declares (every key it touches is in KEYS: lua/keys.lua)
+
+    def of_item(self, item_id: uuid.UUID | str, shape: tuple[str, str, str]) -> builtins.list[str]:
+        """An item's keys, its queue's ready set and the admin indexes it is in or may enter (`shape`: its queue,
+        and its recipients' domains and its subject's words as its hash keeps them)."""
+        queue, item_domains, item_words = shape
+        names = [self.item(item_id), self.message(item_id), self.ready(queue), self.queue(queue)]
+        names.append(self.tried_queue(queue))
+        for domain in item_domains.split():
+            names += [self.domain(domain), self.tried_domain(domain)]
+        names += [self.word(word) for word in item_words.split()]
+        return names
+
+    @property
+    def indexes(self) -> builtins.list[str]:
+        """The indexes every item is in or may enter (store_items.lua's `index_item`, complete.lua's `keep`)."""
+        return [self.ids, self.queue_names, self.tried, self.failed, self.addrs]
+
+
+#: The fields of an item's hash that name its keys, and never change: `queue`, `domains`, `words`.
+SHAPE = ("queue", "domains", "words")
+
+
+class Shapes:
+    """The queue, recipient domains and subject words of the items a store met (none ever changes): the keys a
+    script that writes an item declares, known without reading it first. Forgets everything past `MOST` items."""
+
+    MOST = 100_000
+
+    def __init__(self) -> None:
+        self._known: dict[uuid.UUID, tuple[str, str, str]] = {}
+
+    def note(self, item_id: uuid.UUID, found: dict[str, str]) -> tuple[str, str, str]:
+        """From an item's hash (its fields)."""
+        shape = (found["queue"], found.get("domains", ""), found.get("words", ""))
+        self.add(item_id, shape)
+        return shape
+
+    def add(self, item_id: uuid.UUID, shape: tuple[str, str, str]) -> None:
+        if len(self._known) >= self.MOST:
+            self._known.clear()
+        self._known[item_id] = shape
+
+    def get(self, item_id: uuid.UUID) -> tuple[str, str, str] | None:
+        return self._known.get(item_id)
+
+    def forget(self, item_id: uuid.UUID) -> None:
+        self._known.pop(item_id, None)
+
 
 def item_args(new: NewItem, item: QueueItem, now_us: int) -> builtins.list[scripts.Arg]:
     """The 13 values add.lua and complete.lua take per item they store."""

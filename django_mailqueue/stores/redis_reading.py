@@ -38,7 +38,7 @@ _STATE_ORDER = (ItemState.DUE, ItemState.SCHEDULED, ItemState.DEFERRED, ItemStat
 
 
 class RedisReading(QueueStore):
-    """The reading methods of `RedisStore`: an unfiltered page by rank (page.lua), the state, queue and domain
+    """The reading methods of `RedisStore`: an unfiltered page by rank, the state, queue and domain
     filters from their sorted sets (select.lua) — a search's `@domain` term as the domain filter —, an id prefix
     from `ids`, a search's other terms tested on what those give."""
 
@@ -63,11 +63,24 @@ class RedisReading(QueueStore):
 
     def _page(self, first: int, count: int, *, reverse: bool = False) -> tuple[int, builtins.list[QueueItem]]:
         """Items at ranks `first` to `first + count - 1` of the list order (from its end when `reverse`),
-        and how many there are."""
-        last = str(first + count - 1)
-        args: builtins.list[scripts.Arg] = [self.keys.prefix, str(first), last, "1" if reverse else ""]
-        total, page = self._do(lambda client: scripts.PAGE.run(client, [self.keys.items], args))
-        return int(total), [to_item(raw) for raw in page]
+        and how many there are: the ranks read, then their items (a page read item by item is no script, whose
+        keys would be the items found)."""
+        order = ("REV",) if reverse else ()
+
+        def work(client: SyncClient[bytes]) -> tuple[int, builtins.list[Any]]:
+            ranks = client.pipeline(transaction=False)
+            ranks.execute_command("ZCARD", self.keys.items)  # type: ignore[no-untyped-call]
+            ranks.execute_command("ZRANGE", self.keys.items, first, first + count - 1, *order)  # type: ignore[no-untyped-call]
+            total, members = ranks.execute()
+            if not members:
+                return int(total), []
+            hashes = client.pipeline(transaction=False)
+            for member in members:
+                hashes.execute_command("HGETALL", self.keys.item(text(member)[17:]))  # type: ignore[no-untyped-call]
+            return int(total), hashes.execute()
+
+        total, raws = self._do(work)
+        return total, [to_item(raw) for raw in raws if raw]
 
     def _select(
         self, query: ItemQuery, *, offset: int, limit: int, reverse: bool = False, count: bool = False, start: str = ""

@@ -174,13 +174,14 @@ def _first_is_ok(reply: Any) -> bool:
 
 
 SCHEMA = LuaScript("schema")
-ADD = LuaScript("add", uses=["replay", "store_items"], wrote=_first_is_ok)
+ADD = LuaScript("add", uses=["keys", "replay", "store_items"], wrote=_first_is_ok)
 CLAIM = LuaScript("claim", uses=["replay"])
 RENEW = LuaScript("renew")
-COMPLETE = LuaScript("complete", uses=["replay", "store_items", "store_suppressions"], wrote=lambda reply: reply == 1)
-RESCHEDULE = LuaScript("reschedule", uses=["store_items"], wrote=lambda reply: reply == 1)
-CANCEL = LuaScript("cancel", uses=["store_items"])
-PAGE = LuaScript("page")
+COMPLETE = LuaScript(
+    "complete", uses=["keys", "replay", "store_items", "store_suppressions"], wrote=lambda reply: reply == 1
+)
+RESCHEDULE = LuaScript("reschedule", uses=["keys", "store_items"], wrote=lambda reply: reply == 1)
+CANCEL = LuaScript("cancel", uses=["keys", "store_items"])
 TAKE_TOKENS = LuaScript("take_tokens")
 SUSPEND = LuaScript("suspend")
 SUSPENSIONS = LuaScript("suspensions")
@@ -204,7 +205,6 @@ ALL = (
     COMPLETE,
     RESCHEDULE,
     CANCEL,
-    PAGE,
     TAKE_TOKENS,
     SUSPEND,
     SUSPENSIONS,

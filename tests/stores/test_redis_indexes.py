@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -220,14 +221,18 @@ def test_an_unfiltered_query_reads_one_page_by_rank(store: RedisStore, monkeypat
 
     store.add_many([new_item([f"r{n}@x.example"]) for n in range(600)], now=at(0))
     calls: list[tuple[str, list[object]]] = []
-    for script in (redis_scripts.PAGE, redis_scripts.SELECT):
-        original = script.run
+    original = redis_scripts.SELECT.run
 
-        def recording(client: object, keys: object, args: list[object], _run=original, _name=script.name) -> object:
-            calls.append((_name, list(args)))
-            return _run(client, keys, args)  # type: ignore[arg-type]
+    def recording(client: object, keys: object, args: list[object]) -> object:
+        calls.append(("select", list(args)))
+        return original(client, keys, args)  # type: ignore[arg-type]
 
-        monkeypatch.setattr(script, "run", recording)
+    def paging(first: int, count: int, *, reverse: bool = False, _page: Any = store._page) -> Any:
+        calls.append(("page", [first, count, reverse]))
+        return _page(first, count, reverse=reverse)
+
+    monkeypatch.setattr(redis_scripts.SELECT, "run", recording)
+    monkeypatch.setattr(store, "_page", paging)
     page = store.list(ItemQuery(now=at(5)), offset=50, limit=51)
-    assert len(page) == 51 and calls == [("page", [store.key_prefix, "50", "100", ""])]
+    assert len(page) == 51 and calls == [("page", [50, 51, False])]
     assert store.count(ItemQuery(now=at(5)), limit=10_001) == 600 and len(calls) == 1

@@ -1,12 +1,14 @@
--- add.lua (after replay.lua and store_items.lua): store a batch of items with their messages, all or nothing.
+-- add.lua (after keys.lua, replay.lua and store_items.lua): store a batch of items with their messages, all or nothing.
 --
 -- KEYS[1]  <prefix>schema   string, the layout version
 -- KEYS[2]  <prefix>seq      string, the counter that orders items
 -- KEYS[3]  <prefix>items    sorted set, every item by next attempt
 -- KEYS[4]  <prefix>queues   set, names of the queues whose ready set may hold items
--- KEYS[5]  (when the store retries) the call's marker, <prefix>replay:<ms>:<token> (see replay.lua)
--- ARGV[1]  the prefix; an item's keys are <prefix>item:<id>, <prefix>message:<id>,
---          <prefix>ready:<queue>; the wake-up channel is <prefix>wakeup
+-- KEYS[5…] every other key the items touch (keys.lua): per item <prefix>item:<id>, <prefix>message:<id>,
+--          <prefix>ready:<queue> and its admin indexes (<prefix>queue:<queue>, <prefix>domain:<domain> of each
+--          recipient domain), and <prefix>ids, <prefix>queue_names; when the store retries, the call's marker
+--          <prefix>replay:<ms>:<token> (see replay.lua)
+-- ARGV[1]  the prefix (the wake-up channel is <prefix>wakeup)
 -- ARGV[2]  the layout version
 -- ARGV[3]  MAX_ITEMS, or '' for no bound
 -- ARGV[4]  n, how many items follow
@@ -23,8 +25,9 @@
 -- at its first write, so a refusal also leaves nothing half stored.
 local prefix = ARGV[1]
 local n = tonumber(ARGV[4])
+local key, marker = declared(prefix)
 
-if replayed(KEYS[5]) then
+if replayed(marker) then
   return {'ok'}
 end
 
@@ -43,7 +46,7 @@ if ARGV[3] ~= '' then
   end
 end
 
-local queued = queued_already(prefix, 5, n)
+local queued = queued_already(key, 5, n)
 if queued then
   return {'duplicate', queued}
 end
@@ -54,6 +57,6 @@ redis.call('PUBLISH', prefix .. 'wakeup', n)
 if not found then
   redis.call('SET', KEYS[1], ARGV[2])
 end
-store_items(prefix, KEYS[2], KEYS[3], KEYS[4], 5, n)
-mark(KEYS[5], '1')
+store_items(key, KEYS[2], KEYS[3], KEYS[4], 5, n)
+mark(marker, '1')
 return {'ok'}

@@ -1,4 +1,4 @@
--- complete.lua (after replay.lua, store_items.lua and store_suppressions.lua): record an attempt's outcome,
+-- complete.lua (after keys.lua, replay.lua, store_items.lua and store_suppressions.lua): record an attempt's outcome,
 -- add its DSNs, put its addresses on the suppression list and let go of the lease, for the lease's owner at
 -- the revision it claimed — all or nothing.
 --
@@ -8,9 +8,10 @@
 -- KEYS[4]  <prefix>seq      string, the counter that orders items (for the DSNs)
 -- KEYS[5]  <prefix>suppressed           hash, the suppression list's entries
 -- KEYS[6]  <prefix>suppressed:by_time   sorted set, its addresses by minus their time
--- KEYS[7]  (when the store retries) the call's marker, <prefix>replay:<ms>:<token> (see replay.lua)
--- ARGV[1]  the prefix (item keys, <prefix>message:<id>, <prefix>ready:<queue>, <prefix>failed,
---          the wake-up channel <prefix>wakeup)
+-- KEYS[7…] every other key it touches (keys.lua): the item's <prefix>item:<id>, <prefix>message:<id>,
+--          <prefix>ready:<queue> and admin indexes, <prefix>failed, <prefix>ids, <prefix>queue_names, each DSN's
+--          keys (as add.lua's), and when the store retries the call's marker <prefix>replay:<ms>:<token>
+-- ARGV[1]  the prefix (the wake-up channel <prefix>wakeup)
 -- ARGV[2]  item id
 -- ARGV[3]  owner
 -- ARGV[4]  the revision the owner claimed
@@ -37,11 +38,12 @@
 -- found) returns 1 and writes nothing.
 local prefix, id = ARGV[1], ARGV[2]
 local n = tonumber(ARGV[12])
-local key = prefix .. 'item:' .. id
-if replayed(KEYS[7]) then
+local key, marker = declared(prefix)
+local item_key = key('item:' .. id)
+if replayed(marker) then
   return 1
 end
-local f = redis.call('HMGET', key, 'owner', 'rev', 'member', 'queue', 'domains')
+local f = redis.call('HMGET', item_key, 'owner', 'rev', 'member', 'queue', 'domains')
 if not f[3] then
   return -1
 end
@@ -51,7 +53,7 @@ end
 if n > 0 and ARGV[10] ~= '' and redis.call('ZCARD', KEYS[2]) + n > tonumber(ARGV[10]) then
   return -2
 end
-if queued_already(prefix, 13, n) then
+if queued_already(key, 13, n) then
   return -3
 end
 
@@ -64,33 +66,33 @@ local member, queue = f[3], f[4]
 redis.call('ZREM', KEYS[1], member)
 if ARGV[5] == 'drop' then
   redis.call('ZREM', KEYS[2], member)
-  redis.call('ZREM', prefix .. 'ready:' .. queue, member)
-  unindex_item(prefix, member, queue, f[5])
-  redis.call('DEL', key, prefix .. 'message:' .. id)
+  redis.call('ZREM', key('ready:' .. queue), member)
+  unindex_item(key, member, queue, f[5])
+  redis.call('DEL', item_key, key('message:' .. id))
 elseif ARGV[5] == 'keep' then
   local never = ARGV[7]
-  redis.call('HSET', key, 'rcpts', ARGV[6], 'next', never, 'attempts', ARGV[8], 'delay', ARGV[9], 'reclaims', 0,
+  redis.call('HSET', item_key, 'rcpts', ARGV[6], 'next', never, 'attempts', ARGV[8], 'delay', ARGV[9], 'reclaims', 0,
              'failed', ARGV[11])
-  redis.call('HINCRBY', key, 'rev', 1)
-  redis.call('HDEL', key, 'owner', 'expires')
+  redis.call('HINCRBY', item_key, 'rev', 1)
+  redis.call('HDEL', item_key, 'owner', 'expires')
   redis.call('ZADD', KEYS[2], never, member)
-  redis.call('ZREM', prefix .. 'ready:' .. queue, member)
-  unindex_item(prefix, member, queue, f[5])
-  index_item(prefix, member, queue, f[5] or '', never, false)
-  redis.call('ZADD', prefix .. 'failed', ARGV[11], member)
+  redis.call('ZREM', key('ready:' .. queue), member)
+  unindex_item(key, member, queue, f[5])
+  index_item(key, member, queue, f[5] or '', never, false)
+  redis.call('ZADD', key('failed'), ARGV[11], member)
 else
   local due = ARGV[7]
-  redis.call('HSET', key, 'rcpts', ARGV[6], 'next', due, 'attempts', ARGV[8], 'delay', ARGV[9], 'reclaims', 0)
-  redis.call('HINCRBY', key, 'rev', 1)
-  redis.call('HDEL', key, 'owner', 'expires')
+  redis.call('HSET', item_key, 'rcpts', ARGV[6], 'next', due, 'attempts', ARGV[8], 'delay', ARGV[9], 'reclaims', 0)
+  redis.call('HINCRBY', item_key, 'rev', 1)
+  redis.call('HDEL', item_key, 'owner', 'expires')
   redis.call('ZADD', KEYS[2], due, member)
-  redis.call('ZADD', prefix .. 'ready:' .. queue, due, member)
+  redis.call('ZADD', key('ready:' .. queue), due, member)
   redis.call('SADD', KEYS[3], queue)
-  index_item(prefix, member, queue, f[5] or '', due, ARGV[8] ~= '0')
+  index_item(key, member, queue, f[5] or '', due, ARGV[8] ~= '0')
 end
 
-store_items(prefix, KEYS[4], KEYS[2], KEYS[3], 13, n)
+store_items(key, KEYS[4], KEYS[2], KEYS[3], 13, n)
 local after_dsns = 13 + n * STRIDE  -- store_items.lua: the values per item
 store_suppressions(KEYS[5], KEYS[6], after_dsns + 1, tonumber(ARGV[after_dsns]))
-mark(KEYS[7], '1')
+mark(marker, '1')
 return 1

@@ -21,6 +21,10 @@
 -- Returns {moved, set, skip}: the next call starts at that set, passing over skip members; set > n when
 -- every candidate set is done.
 local prefix, due, now = ARGV[1], ARGV[2], tonumber(ARGV[3])
+-- Not yet declared in KEYS: this script still names item keys from the prefix (docs/redis.md, "Redis Cluster").
+local function built(name)
+  return prefix .. name
+end
 local due_n = tonumber(due)
 local n = tonumber(ARGV[4])
 local budget = tonumber(ARGV[5])
@@ -56,7 +60,7 @@ local function move(member)
   redis.call('HSET', key, 'next', due)
   redis.call('HINCRBY', key, 'rev', 1)
   redis.call('ZADD', KEYS[2], due, member)
-  index_item(prefix, member, f[3], f[6] or '', due, f[7] ~= '0')
+  index_item(built, member, f[3], f[6] or '', due, f[7] ~= '0')
   if f[1] then -- an expired lease: claimable again at the later of its expiry and until
     local score = due
     if tonumber(f[2]) > due_n then

@@ -13,6 +13,10 @@
 -- 'prune': ARGV[3] the time (µs) before which kept items go, ARGV[4] the most to drop in this call;
 --          returns how many went (the caller calls again while that is the most).
 local prefix, op = ARGV[1], ARGV[2]
+-- Not yet declared in KEYS: this script still names item keys from the prefix (docs/redis.md, "Redis Cluster").
+local function built(name)
+  return prefix .. name
+end
 
 if op == 'prune' then
   local members = redis.call('ZRANGE', KEYS[1], '-inf', '(' .. ARGV[3], 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[4]))
@@ -22,7 +26,7 @@ if op == 'prune' then
     redis.call('ZREM', KEYS[1], member)
     redis.call('ZREM', KEYS[2], member)
     if f[1] then
-      unindex_item(prefix, member, f[1], f[2])
+      unindex_item(built, member, f[1], f[2])
     end
     redis.call('DEL', prefix .. 'item:' .. id, prefix .. 'message:' .. id)
   end
@@ -48,8 +52,8 @@ for i = 4, #ARGV, 3 do
     redis.call('ZADD', KEYS[2], now, member)
     redis.call('ZADD', prefix .. 'ready:' .. queue, now, member)
     redis.call('SADD', KEYS[3], queue)
-    unindex_item(prefix, member, queue, f[3])
-    index_item(prefix, member, queue, f[3] or '', now, false)
+    unindex_item(built, member, queue, f[3])
+    index_item(built, member, queue, f[3] or '', now, false)
     table.insert(answers, 1)
   end
 end

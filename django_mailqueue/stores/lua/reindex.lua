@@ -9,15 +9,19 @@
 --
 -- Returns how many items were still there.
 local prefix, n = ARGV[1], tonumber(ARGV[2])
+-- Not yet declared in KEYS: this script still names the items' keys from the prefix (docs/redis.md, "The scripts").
+local function built(name)
+  return prefix .. name
+end
 local done = 0
 for i = 0, n - 1 do
   local base = 3 + i * 3
   local key = prefix .. 'item:' .. ARGV[base]
   local f = redis.call('HMGET', key, 'member', 'next')
   if f[1] then
-    unindex_terms(prefix, f[1])
+    unindex_terms(built, f[1])
     redis.call('HSET', key, 'words', ARGV[base + 1], 'addrs', ARGV[base + 2])
-    index_terms(prefix, f[1], f[2])
+    index_terms(built, f[1], f[2])
     done = done + 1
   end
 end

@@ -4,14 +4,15 @@
 -- the recipients' domains (lowercase, distinct, space-separated), the subject's words (lowercase,
 -- distinct, space-separated: `core.search.subject_words`), the recipients' addresses (lowercase,
 -- distinct, one a line); and how an item enters and leaves the admin's indexes (docs/redis.md, "The keys").
+-- Each function takes `key`, what finds a key by its name after the queue's prefix (keys.lua's `declared`).
 
 local STRIDE = 13
 
 -- The id of the first of the n items already queued, or nil.
-local function queued_already(prefix, first, n)
+local function queued_already(key, first, n)
   for i = 0, n - 1 do
     local id = ARGV[first + i * STRIDE]
-    if redis.call('EXISTS', prefix .. 'item:' .. id) == 1 then
+    if redis.call('EXISTS', key('item:' .. id)) == 1 then
       return id
     end
   end
@@ -21,23 +22,23 @@ end
 -- The search's indexes of an item (docs/admin.md, "Search"), from its hash's `words` and `addrs`: each subject
 -- word's set `word:<w>`, scored by the next attempt, and `addrs`, every address with its item
 -- (`<address>\0<member>`, all scored 0: an address start is a ZRANGEBYLEX).
-local function index_terms(prefix, member, due)
-  local t = redis.call('HMGET', prefix .. 'item:' .. string.sub(member, 18), 'words', 'addrs')
+local function index_terms(key, member, due)
+  local t = redis.call('HMGET', key('item:' .. string.sub(member, 18)), 'words', 'addrs')
   for word in string.gmatch(t[1] or '', '%S+') do
-    redis.call('ZADD', prefix .. 'word:' .. word, due, member)
+    redis.call('ZADD', key('word:' .. word), due, member)
   end
   for address in string.gmatch(t[2] or '', '[^\n]+') do
-    redis.call('ZADD', prefix .. 'addrs', 0, address .. '\0' .. member)
+    redis.call('ZADD', key('addrs'), 0, address .. '\0' .. member)
   end
 end
 
-local function unindex_terms(prefix, member)
-  local t = redis.call('HMGET', prefix .. 'item:' .. string.sub(member, 18), 'words', 'addrs')
+local function unindex_terms(key, member)
+  local t = redis.call('HMGET', key('item:' .. string.sub(member, 18)), 'words', 'addrs')
   for word in string.gmatch(t[1] or '', '%S+') do
-    redis.call('ZREM', prefix .. 'word:' .. word, member)
+    redis.call('ZREM', key('word:' .. word), member)
   end
   for address in string.gmatch(t[2] or '', '[^\n]+') do
-    redis.call('ZREM', prefix .. 'addrs', address .. '\0' .. member)
+    redis.call('ZREM', key('addrs'), address .. '\0' .. member)
   end
 end
 
@@ -45,52 +46,52 @@ end
 -- ZRANGEBYLEX), its queue's and each recipient domain's sets, and while it has
 -- been tried (attempts > 0: `tried`) the tried sets of all, of its queue and of each domain, every one scored
 -- by the next attempt; and the search's (`index_terms`).
-local function index_item(prefix, member, queue, domains, due, tried)
-  index_terms(prefix, member, due)
-  redis.call('ZADD', prefix .. 'ids', 0, (string.gsub(string.sub(member, 18), '-', '')))
-  redis.call('ZADD', prefix .. 'queue:' .. queue, due, member)
+local function index_item(key, member, queue, domains, due, tried)
+  index_terms(key, member, due)
+  redis.call('ZADD', key('ids'), 0, (string.gsub(string.sub(member, 18), '-', '')))
+  redis.call('ZADD', key('queue:' .. queue), due, member)
   for domain in string.gmatch(domains, '%S+') do
-    redis.call('ZADD', prefix .. 'domain:' .. domain, due, member)
+    redis.call('ZADD', key('domain:' .. domain), due, member)
     if tried then
-      redis.call('ZADD', prefix .. 'tried_domain:' .. domain, due, member)
+      redis.call('ZADD', key('tried_domain:' .. domain), due, member)
     end
   end
   if tried then
-    redis.call('ZADD', prefix .. 'tried', due, member)
-    redis.call('ZADD', prefix .. 'tried_queue:' .. queue, due, member)
+    redis.call('ZADD', key('tried'), due, member)
+    redis.call('ZADD', key('tried_queue:' .. queue), due, member)
   end
 end
 
-local function unindex_item(prefix, member, queue, domains)
-  unindex_terms(prefix, member)
-  redis.call('ZREM', prefix .. 'ids', (string.gsub(string.sub(member, 18), '-', '')))
-  redis.call('ZREM', prefix .. 'queue:' .. queue, member)
+local function unindex_item(key, member, queue, domains)
+  unindex_terms(key, member)
+  redis.call('ZREM', key('ids'), (string.gsub(string.sub(member, 18), '-', '')))
+  redis.call('ZREM', key('queue:' .. queue), member)
   for domain in string.gmatch(domains or '', '%S+') do
-    redis.call('ZREM', prefix .. 'domain:' .. domain, member)
-    redis.call('ZREM', prefix .. 'tried_domain:' .. domain, member)
+    redis.call('ZREM', key('domain:' .. domain), member)
+    redis.call('ZREM', key('tried_domain:' .. domain), member)
   end
-  redis.call('ZREM', prefix .. 'tried', member)
-  redis.call('ZREM', prefix .. 'tried_queue:' .. queue, member)
+  redis.call('ZREM', key('tried'), member)
+  redis.call('ZREM', key('tried_queue:' .. queue), member)
 end
 
 -- Store the n items with their messages, due in their queues' ready sets.
-local function store_items(prefix, seq_key, items_key, queues_key, first, n)
+local function store_items(key, seq_key, items_key, queues_key, first, n)
   for i = 0, n - 1 do
     local base = first + i * STRIDE
     local id, queue, due = ARGV[base], ARGV[base + 1], ARGV[base + 2]
     local member = string.format('%016d', redis.call('INCR', seq_key)) .. ':' .. id
-    redis.call('HSET', prefix .. 'item:' .. id,
+    redis.call('HSET', key('item:' .. id),
       'id', id, 'member', member, 'queue', queue, 'next', due, 'created', ARGV[base + 3],
       'sender', ARGV[base + 4], 'rcpts', ARGV[base + 5], 'size', ARGV[base + 6],
       'mid', ARGV[base + 7], 'subject', ARGV[base + 8], 'domains', ARGV[base + 10],
       'words', ARGV[base + 11], 'addrs', ARGV[base + 12],
       'attempts', 0, 'rev', 0, 'reclaims', 0, 'delay', 0)
-    redis.call('SET', prefix .. 'message:' .. id, ARGV[base + 9])
+    redis.call('SET', key('message:' .. id), ARGV[base + 9])
     redis.call('ZADD', items_key, due, member)
-    redis.call('ZADD', prefix .. 'ready:' .. queue, due, member)
+    redis.call('ZADD', key('ready:' .. queue), due, member)
     redis.call('SADD', queues_key, queue)
-    redis.call('SADD', prefix .. 'queue_names', queue)
-    index_item(prefix, member, queue, ARGV[base + 10], due, false)
+    redis.call('SADD', key('queue_names'), queue)
+    index_item(key, member, queue, ARGV[base + 10], due, false)
   end
 end
 
