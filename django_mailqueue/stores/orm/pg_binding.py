@@ -39,3 +39,48 @@ def _kept_cursor(conn: BaseDatabaseWrapper) -> Any:
         cursor = psycopg.Cursor(raw)
     setattr(conn, _KEPT, (raw, cursor))
     return cursor
+
+
+#: Aliases on which a statement prepared by `execute_autocommit` went missing on the server (a pooler that
+#: does not keep prepared statements): never prepared there again in this process.
+_UNPREPARED: set[str] = set()
+#: SQLSTATE invalid_sql_statement_name: "prepared statement … does not exist".
+_LOST_STATEMENT = "26000"
+
+
+def execute_autocommit(conn: BaseDatabaseWrapper, sql: str, params: list[Any]) -> None:
+    """Run one `binary_cursor` statement whose result is not read; outside a transaction, prepared on the server
+    from its second run on a connection (parsed and planned once), unless the site chose for itself.
+
+    The site chooses when `OPTIONS` names `prepare_threshold` (`None`: never prepare; a number: psycopg
+    prepares every statement on that run). In autocommit the statement is its own transaction, so when the
+    server has lost it (a pooler in transaction mode that does not keep prepared statements) it runs again
+    unprepared, and never prepared on that alias again. Why and the limits: docs/performance.md, "One
+    `send_mail()` on PostgreSQL: the statement prepared".
+    """
+    with binary_cursor(conn) as cursor:
+        raw = conn.connection
+        if not _may_prepare(conn, raw):
+            cursor.execute(sql, params)
+            return
+        raw.prepare_threshold = 1  # psycopg's own cache: prepared on the second run of the same text
+        try:
+            cursor.execute(sql, params)
+        except Exception as exc:
+            if getattr(exc.__cause__, "sqlstate", None) != _LOST_STATEMENT:
+                raise
+            _UNPREPARED.add(conn.alias)
+        else:
+            return
+        finally:
+            raw.prepare_threshold = None
+        cursor.execute(sql, params)  # threshold None: psycopg neither prepares nor uses what it prepared
+
+
+def _may_prepare(conn: BaseDatabaseWrapper, raw: Any) -> bool:
+    return (
+        not conn.in_atomic_block
+        and conn.alias not in _UNPREPARED
+        and "prepare_threshold" not in conn.settings_dict.get("OPTIONS", {})
+        and getattr(raw, "prepare_threshold", 0) is None  # psycopg 3 with preparing off (Django's default)
+    )

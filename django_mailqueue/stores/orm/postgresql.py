@@ -23,7 +23,7 @@ from ...core.items import NewItem, QueueItem, address_domain, as_added
 from ...core.search import terms
 from ..base import READ_CHUNK
 from .base import HandWritten
-from .pg_binding import binary_cursor
+from .pg_binding import binary_cursor, execute_autocommit
 from .pg_listen import PgListener
 from .pg_search import candidate_reads, tested_sql, trigram_indexes_present
 from .portable import PortableDialect
@@ -128,8 +128,7 @@ class PostgresDialect(HandWritten, PortableDialect):
                 NOTIFY_CHANNEL,
             ]
             sql = statement(self.name, "add")
-        with binary_cursor(conn) as cursor:
-            cursor.execute(sql, params)
+        execute_autocommit(conn, sql, params)
         return result
 
     def read(self, item_ids: Sequence[uuid.UUID]) -> list[ItemRow]:
