@@ -64,7 +64,8 @@ def tested_sql(dialect: str, search: str) -> tuple[str, list[str]]:
         sql = statement(dialect, "search_tested_address")
         params.append(escape_like(term.text) + "%")
         if term.word:
-            sql = f"({sql} OR {statement(dialect, 'search_tested_word')})"
+            word = statement(dialect, "search_tested_word")
+            sql = f"({sql} OR {word})"
             params.append(word_pattern(term.text))
         parts.append(sql)
     return "(" + " AND ".join(parts or ["TRUE"]) + ")", params
