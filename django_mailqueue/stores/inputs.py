@@ -143,14 +143,6 @@ def check_suspend(destination: str, until: datetime, reply: Reply, now: datetime
     check_aware(now, "now")
 
 
-def check_probe(destination: str, holder: str, until: datetime, now: datetime) -> None:
-    """Refuse a `take_probe` call no store can answer (`INVALID`)."""
-    check_key(destination, "a destination")
-    check_key(holder, "a probe's holder")
-    check_aware(until, "until")
-    check_aware(now, "now")
-
-
 def check_defer(domains: Sequence[str], until: datetime, now: datetime) -> None:
     """Refuse a `defer_destination` call no store can answer (`INVALID`)."""
     if isinstance(domains, str):
