@@ -44,8 +44,16 @@ XDIST_GROUPS = {
 }
 
 
+#: modules whose tests run on one xdist worker, one after the other: each test starts four worker processes
+XDIST_MODULE_GROUPS = {"tests/worker/test_shaping_processes.py": "worker-processes"}
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
+        module_group = XDIST_MODULE_GROUPS.get(item.nodeid.split("::", 1)[0])
+        if module_group:
+            item.add_marker(pytest.mark.xdist_group(module_group))
+            continue
         for fixture in getattr(item, "fixturenames", ()):
             group = XDIST_GROUPS.get(fixture)
             if group:
