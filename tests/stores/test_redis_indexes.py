@@ -4,7 +4,6 @@ read by select.lua to list and count exactly what `matches` says, in the list's 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -14,18 +13,15 @@ from django_mailqueue.core.items import Completion, ItemOrder, ItemQuery, ItemSt
 from django_mailqueue.stores.redis import RedisStore
 from django_mailqueue.stores.redis_layout import Keys, domains, seed_commands
 from django_mailqueue.testing.contract import LATER, OK, at, new_item, outcome
-from tests.support.redis_server import delete_prefix, unique_prefix
+from tests.stores.conftest import Maker
 
 pytestmark = pytest.mark.redis
 
 
 @pytest.fixture
-def store(redis_url: str) -> Iterator[RedisStore]:
-    prefix = unique_prefix()
-    made = RedisStore({"url": redis_url, "key_prefix": prefix})
-    yield made
-    made.close()
-    delete_prefix(redis_url, prefix)
+def store(make: Maker) -> RedisStore:
+    """A Redis store on the test's own prefix (the stores' shared `make`)."""
+    return make()
 
 
 def churn(store: RedisStore) -> None:

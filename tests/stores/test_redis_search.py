@@ -3,7 +3,6 @@ search, and built for a queue whose items came before them (`mailqueue_search_in
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -15,18 +14,15 @@ from django_mailqueue.core.search import subject_words
 from django_mailqueue.stores.redis import RedisStore
 from django_mailqueue.testing.contract import new_item, outcome
 from django_mailqueue.testing.contract.support import T0, at
-from tests.support.redis_server import delete_prefix, unique_prefix
+from tests.stores.conftest import Maker
 
 pytestmark = pytest.mark.redis
 
 
 @pytest.fixture
-def store(redis_url: str) -> Iterator[RedisStore]:
-    prefix = unique_prefix()
-    made = RedisStore({"url": redis_url, "key_prefix": prefix})
-    yield made
-    made.close()
-    delete_prefix(redis_url, prefix)
+def store(make: Maker) -> RedisStore:
+    """A Redis store on the test's own prefix (the stores' shared `make`)."""
+    return make()
 
 
 SEARCHES = ("ann", "ANN@ALPHA.example", "ann.lee", "invoice", "march", "invoice march", "@beta.example bob", "zz")
