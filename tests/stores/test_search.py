@@ -15,10 +15,13 @@ from django_mailqueue.core.items import ItemOrder, ItemQuery, ItemState, matches
 from django_mailqueue.stores.orm import OrmStore, queries
 from django_mailqueue.stores.orm.pg_search import (
     ADDRESS_START_INDEX,
+    ADDRESS_TRIGRAM_INDEX,
     TRIGRAM_INDEXES,
+    WORD_INDEX,
     AddressStartIndex,
+    DropAddressTrigramIndex,
     TrigramSearchIndexes,
-    trigram_indexes_present,
+    word_index_present,
 )
 from django_mailqueue.stores.orm.statements import statement
 from django_mailqueue.testing.contract.support import T0, new_item
@@ -41,9 +44,9 @@ def fill(store: OrmStore) -> list:  # type: ignore[type-arg]
     return store.add_many(items, now=T0)
 
 
-def test_the_migration_made_the_trigram_indexes_and_the_search_reads_them(pg_alias: str) -> None:
+def test_the_migrations_made_the_subject_trigram_index_and_the_search_reads_it(pg_alias: str) -> None:
     store = OrmStore({"database": pg_alias})
-    assert trigram_indexes_present(connections[pg_alias])
+    assert word_index_present(connections[pg_alias])
     added = fill(store)
     assert len(store.dialect.search_candidates("bob", 100) or []) == 12  # an address start: the btree's range
     assert store.dialect.search_candidates("@rare.example", 100) is not None
@@ -134,3 +137,27 @@ def test_an_address_start_is_a_range_of_the_address_index_read_alone(pg_alias: s
         cursor.execute("EXPLAIN " + statement("postgresql", "search_recipients"), ["ann.smith1%", 10])
         plan = "\n".join(r[0] for r in cursor.fetchall())
     assert ADDRESS_START_INDEX in plan and "~>=~ 'ann.smith1'" in plan, plan
+
+
+def index_names(alias: str) -> set[str]:
+    with connections[alias].cursor() as cursor:
+        cursor.execute("SELECT indexname FROM pg_indexes WHERE indexname = ANY(%s)", [list(TRIGRAM_INDEXES)])
+        return {row[0] for row in cursor.fetchall()}
+
+
+def test_the_address_trigram_index_is_dropped_and_made_again_when_the_migration_is_undone(pg_alias: str) -> None:
+    """Migration 0016 drops the address's trigram index, which no search reads; undone, 0010's index is back."""
+    assert index_names(pg_alias) == {WORD_INDEX}
+    state = ProjectState.from_apps(apps)
+    with connections[pg_alias].schema_editor() as editor:
+        DropAddressTrigramIndex().database_backwards("django_mailqueue", editor, state, state)
+    assert index_names(pg_alias) == {WORD_INDEX, ADDRESS_TRIGRAM_INDEX}
+    with connections[pg_alias].schema_editor() as editor:
+        DropAddressTrigramIndex().database_forwards("django_mailqueue", editor, state, state)
+    assert index_names(pg_alias) == {WORD_INDEX}
+    store = OrmStore({"database": pg_alias})
+    added = fill(store)
+    assert len(store.dialect.search_candidates("ann.smith1", 100) or []) == 3  # 1, 10 and 11: the btree's range
+    for search in SEARCHES:
+        expected = {i.id for i in added if matches(i, ItemQuery(search=search))}
+        assert {i.id for i in store.list(ItemQuery(search=search), limit=100)} == expected, search

@@ -1,5 +1,6 @@
 """The queue's search on PostgreSQL: which index each term is read from (a btree range of lowercase addresses, the
-domain index, the subject's trigram GIN index where pg_trgm may be made) and the SQL a term is tested with."""
+domain index, the subject's trigram GIN index where pg_trgm may be made), the SQL a term is tested with, and the
+migrations' operations that make those indexes."""
 
 from __future__ import annotations
 
@@ -15,10 +16,15 @@ from .statements import statement
 
 logger = logging.getLogger("django_mailqueue.migrations")
 
-#: The trigram indexes, by name: a recipient's address, and an item's sender and subject.
+#: The subject's trigram index: a subject word's items (the one trigram index the search reads).
+WORD_INDEX = "mailqueue_item_text_trgm"
+#: A recipient address's trigram index, made by migration 0010 and dropped by 0016: an address start is a range
+#: of `ADDRESS_START_INDEX`, so it served no search and took an entry per trigram of every address added.
+ADDRESS_TRIGRAM_INDEX = "mailqueue_recipient_address_trgm"
+#: The trigram indexes migration 0010 makes, by name.
 TRIGRAM_INDEXES = {
-    "mailqueue_recipient_address_trgm": "mailqueue_recipient USING gin (address gin_trgm_ops)",
-    "mailqueue_item_text_trgm": "mailqueue_item USING gin (sender gin_trgm_ops, subject gin_trgm_ops)",
+    ADDRESS_TRIGRAM_INDEX: "mailqueue_recipient USING gin (address gin_trgm_ops)",
+    WORD_INDEX: "mailqueue_item USING gin (sender gin_trgm_ops, subject gin_trgm_ops)",
 }
 #: A word shorter than this has no trigram an index can look up: it is tested on the rows.
 MIN_INDEXED = 3
@@ -71,15 +77,15 @@ def tested_sql(dialect: str, search: str) -> tuple[str, list[str]]:
     return "(" + " AND ".join(parts or ["TRUE"]) + ")", params
 
 
-def trigram_indexes_present(conn: BaseDatabaseWrapper) -> bool:
-    """Whether every trigram index is in the database (made by migration 0010, or by hand later)."""
+def word_index_present(conn: BaseDatabaseWrapper) -> bool:
+    """Whether the subject's trigram index is in the database (made by migration 0010, or by hand later)."""
     with conn.cursor() as cursor:
         cursor.execute(
-            "SELECT count(*) FROM pg_indexes WHERE schemaname = ANY(current_schemas(false)) AND indexname = ANY(%s)",
-            [list(TRIGRAM_INDEXES)],
+            "SELECT count(*) FROM pg_indexes WHERE schemaname = ANY(current_schemas(false)) AND indexname = %s",
+            [WORD_INDEX],
         )
         row = cursor.fetchone()
-    return row is not None and row[0] == len(TRIGRAM_INDEXES)
+    return row is not None and row[0] == 1
 
 
 class TrigramSearchIndexes(Operation):
@@ -148,3 +154,38 @@ class AddressStartIndex(Operation):
 
     def describe(self) -> str:
         return "Create the search's index of the recipients' lowercase addresses (PostgreSQL)"
+
+
+class DropAddressTrigramIndex(Operation):
+    """Drop `ADDRESS_TRIGRAM_INDEX` on PostgreSQL only (migration 0016); undone, make it again as migration 0010
+    did, where pg_trgm is installed."""
+
+    reversible = True
+    reduces_to_sql = False
+
+    def state_forwards(self, app_label: str, state: Any) -> None:
+        pass  # an index the models never declared: the migration state is unchanged
+
+    def _applies(self, schema_editor: Any, from_state: Any, app_label: str) -> bool:
+        conn = schema_editor.connection
+        return bool(
+            conn.vendor == "postgresql"
+            and self.allow_migrate_model(conn.alias, from_state.apps.get_model(app_label, "QueuedRecipient"))
+        )
+
+    def database_forwards(self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any) -> None:
+        if self._applies(schema_editor, from_state, app_label):
+            schema_editor.execute(f"DROP INDEX IF EXISTS {ADDRESS_TRIGRAM_INDEX}")
+
+    def database_backwards(self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any) -> None:
+        if not self._applies(schema_editor, from_state, app_label):
+            return
+        with schema_editor.connection.cursor() as cursor:
+            cursor.execute("SELECT 1 FROM pg_extension WHERE extname = 'pg_trgm'")
+            installed = cursor.fetchone() is not None
+        if installed:
+            definition = TRIGRAM_INDEXES[ADDRESS_TRIGRAM_INDEX]
+            schema_editor.execute(f"CREATE INDEX IF NOT EXISTS {ADDRESS_TRIGRAM_INDEX} ON {definition}")
+
+    def describe(self) -> str:
+        return "Drop the recipients' address trigram index, which the search no longer reads (PostgreSQL)"

@@ -25,7 +25,7 @@ from ..base import READ_CHUNK
 from .base import HandWritten
 from .pg_binding import binary_cursor, execute_autocommit
 from .pg_listen import PgListener
-from .pg_search import candidate_reads, tested_sql, trigram_indexes_present
+from .pg_search import candidate_reads, tested_sql, word_index_present
 from .portable import PortableDialect
 from .rows import TEXT_LIMITS, ItemRow, RecipientRow, added_values
 from .statements import statement, with_rows
@@ -53,7 +53,7 @@ class PostgresDialect(HandWritten, PortableDialect):
     def __init__(self, alias: str, threads: DatabaseThreads) -> None:
         super().__init__(alias, threads)
         self._listener: PgListener | None = None
-        #: whether the trigram indexes exist (asked once)
+        #: whether the subject's trigram index exists (asked once)
         self._trigram: bool | None = None
 
     def cursor(self) -> AbstractContextManager[CursorWrapper]:
@@ -231,7 +231,7 @@ class PostgresDialect(HandWritten, PortableDialect):
         store tests every term on the rows found); None when every term is."""
         conn = self.connection
         if self._trigram is None:
-            self._trigram = trigram_indexes_present(conn)
+            self._trigram = word_index_present(conn)
         found: set[int] | None = None
         with conn.cursor() as cursor:
             for term in terms(search):
