@@ -4,10 +4,11 @@
 
 Per message: claimed in batches of 50 (`aclaim`), the messages read (`aread_messages`), recorded in batches
 (`acomplete_many`, the item dropped) — what one worker process asks of the store, without SMTP — on one Redis and
-on three primaries (`cluster`), the two alternating in each repeat so each pair meets the same machine. Microseconds
-of wall time and of this process's CPU a message, the best and the median of the repeats, the cluster's ratio to
-one Redis, the keys per primary, and the load average at the start and the end. Not part of `make bench` (whose
-`deliver.1` line on a Cluster delivers over SMTP too); the numbers are in docs/redis.md ("Redis Cluster").
+on three primaries (`cluster`), the queue in one slot and in three partitions (`partitions`), the three
+alternating in each repeat so each meets the same machine. Microseconds of wall time and of this process's CPU a
+message, the best and the median of the repeats, each Cluster's ratio to one Redis, and the load average at the
+start and the end. Not part of `make bench` (whose `deliver.1` line on a Cluster delivers over SMTP too); the
+numbers are in docs/redis.md ("Redis Cluster").
 """
 
 from __future__ import annotations
@@ -44,8 +45,8 @@ def measure(options: dict[str, Any], messages: int) -> tuple[float, float]:
     body = b"From: a@origin.test\r\nTo: b@d.test\r\nSubject: bench\r\n\r\n" + b"x" * 2000 + b"\r\n"
     now = datetime.now(UTC)
     later = now + timedelta(hours=1)
-    for first in range(0, messages, 500):
-        batch = [NewItem("a@origin.test", ("b@d.test",), body) for _ in range(min(500, messages - first))]
+    for first in range(0, messages, 50):  # batches of 50: a partitioned queue's go to its partitions in turn
+        batch = [NewItem("a@origin.test", ("b@d.test",), body) for _ in range(min(50, messages - first))]
         store.add_many(batch, now=now)
     ok = Reply(250, "2.0.0", "ok")
 
@@ -82,10 +83,12 @@ def main() -> None:
         cluster.start()
         try:
             print(f"load average at the start: {os.getloadavg()}")
-            runs: dict[str, list[tuple[float, float]]] = {"one Redis": [], "Cluster": []}
+            runs: dict[str, list[tuple[float, float]]] = {"one Redis": [], "Cluster": [], "Cluster, 3 parts": []}
             for _ in range(args.repeats):
                 runs["one Redis"].append(measure({"url": single.url}, args.messages))
                 runs["Cluster"].append(measure({"url": cluster.url, "cluster": True}, args.messages))
+                parted = {"url": cluster.url, "cluster": True, "partitions": 3}
+                runs["Cluster, 3 parts"].append(measure(parted, args.messages))
                 cluster.flush()
                 single.flush()
             for name, values in runs.items():
@@ -94,13 +97,14 @@ def main() -> None:
                     f"{name:10} wall µs/msg best {min(walls):.0f} median {statistics.median(walls):.0f}; "
                     f"CPU µs/msg best {min(cpus):.0f} median {statistics.median(cpus):.0f}"
                 )
-            pairs = [c[0] / s[0] for s, c in zip(runs["one Redis"], runs["Cluster"], strict=True)]
-            cpu_pairs = [c[1] / s[1] for s, c in zip(runs["one Redis"], runs["Cluster"], strict=True)]
-            print(
-                f"Cluster ÷ one Redis, per run: wall {' '.join(f'{p:.2f}' for p in pairs)} (median "
-                f"{statistics.median(pairs):.2f}); CPU {' '.join(f'{p:.2f}' for p in cpu_pairs)} (median "
-                f"{statistics.median(cpu_pairs):.2f})"
-            )
+            for name in ("Cluster", "Cluster, 3 parts"):
+                pairs = [c[0] / s[0] for s, c in zip(runs["one Redis"], runs[name], strict=True)]
+                cpu_pairs = [c[1] / s[1] for s, c in zip(runs["one Redis"], runs[name], strict=True)]
+                print(
+                    f"{name} ÷ one Redis, per run: wall {' '.join(f'{p:.2f}' for p in pairs)} (median "
+                    f"{statistics.median(pairs):.2f}); CPU {' '.join(f'{p:.2f}' for p in cpu_pairs)} (median "
+                    f"{statistics.median(cpu_pairs):.2f})"
+                )
             print(f"load average at the end: {os.getloadavg()}")
         finally:
             cluster.stop()

@@ -126,6 +126,16 @@ class QueueStore(abc.ABC):
     #: most, not the whole queue: the admin then shows its totals on every page view.
     bounded_counts: bool = True
 
+    #: `claim` gives the earliest due item of the whole store first, and items equally due — in claims, and in
+    #: `list`'s order among items also equally old — come in the order they were added. False: that holds within
+    #: each part of the store; claims take from the parts in turn, and `list` breaks such ties by id (a Redis
+    #: queue split into `partitions`). The contract's tests of that order then do not apply.
+    in_add_order: bool = True
+
+    #: `max_items` holds under concurrent adders. False: it is checked against counts read before the add, so
+    #: concurrent adders may pass it by a batch each (a Redis queue split into `partitions`).
+    exact_max_items: bool = True
+
     #: A store whose add joins the caller's database transaction.
     supports_transactional_add: bool = False
     """True when an add inside `transaction.atomic()` is undone by its rollback."""

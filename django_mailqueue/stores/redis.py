@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import builtins
 import functools
-import io
 import logging
 import math
 import uuid
@@ -28,7 +27,6 @@ from ..core.items import (
 from . import redis_connection as conn
 from . import redis_scripts as scripts
 from . import redis_sentinel as sentinel
-from .base import READ_CHUNK
 from .inputs import check_completion, check_new_item, check_owner
 from .redis_clients import AsyncClient, RedisClients, SyncClient, T
 from .redis_failed import RedisFailed
@@ -37,7 +35,6 @@ from .redis_layout import (
     SHAPE,
     Keys,
     Shapes,
-    bytes_or_none,
     domains,
     dump_recipients,
     fields,
@@ -49,6 +46,7 @@ from .redis_layout import (
     to_item_or_none,
     words,
 )
+from .redis_messages import RedisMessages, _ahgetall, _hgetall
 from .redis_reading import RedisReading
 from .redis_shaping import RedisShaping
 from .redis_suppression import RedisSuppressionList
@@ -63,7 +61,7 @@ class _AddPlan:
     added: tuple[QueueItem, ...]
 
 
-class RedisStore(RedisReading, RedisSuppressionList, RedisShaping, RedisFailed):
+class RedisStore(RedisMessages, RedisReading, RedisSuppressionList, RedisShaping, RedisFailed):
     """Items in Redis under `OPTIONS["key_prefix"]`, reached by `url` or a django-redis `cache` alias.
 
     Every write is one Lua script, which Redis runs whole, so claims are atomic
@@ -81,12 +79,30 @@ class RedisStore(RedisReading, RedisSuppressionList, RedisShaping, RedisFailed):
     #: the state, queue and domain filters read sorted sets the scripts keep (select.lua)
     bounded_counts = True
 
-    def __init__(self, options: Mapping[str, Any] | None = None, *, max_items: int | None = None) -> None:
+    def __new__(
+        cls, options: Mapping[str, Any] | None = None, *, max_items: int | None = None, partition: int | None = None
+    ) -> RedisStore:
+        """A queue of several `partitions` on a Cluster is a `PartitionedRedisStore`, one `RedisStore` a part."""
+        if cls is RedisStore and partition is None and _partitions(options) > 1:
+            from .redis_partitions import PartitionedRedisStore
+
+            return super().__new__(PartitionedRedisStore)
+        return super().__new__(cls)
+
+    def __init__(
+        self, options: Mapping[str, Any] | None = None, *, max_items: int | None = None, partition: int | None = None
+    ) -> None:
         super().__init__(options, max_items=max_items)
         self.key_prefix: str = self.options.get("key_prefix", conn.DEFAULT_PREFIX)
         #: on a Redis Cluster, every key under a hash tag of the prefix's: one slot, so scripts may touch them all
         self.cluster: bool = bool(self.options.get("cluster", False))
-        self.keys = Keys(layout_prefix(self.key_prefix, cluster=self.cluster))
+        #: which part of a partitioned queue this store is (0: the whole queue, or its first part)
+        self.partition = partition or 0
+        self.keys = Keys(
+            layout_prefix(
+                self.key_prefix, cluster=self.cluster, partition=self.partition, partitions=_partitions(options)
+            )
+        )
         #: the queue and domains of the items met, for the keys a script declares
         self._shapes = Shapes()
         self.on_commit: bool = bool(self.options.get("on_commit", False))
@@ -153,7 +169,7 @@ class RedisStore(RedisReading, RedisSuppressionList, RedisShaping, RedisFailed):
 
     # --- adding -------------------------------------------------------------------------
 
-    def _plan_add(self, items: Sequence[NewItem], now: datetime) -> _AddPlan:
+    def _plan_add(self, items: Sequence[NewItem], now: datetime, bound: int | None) -> _AddPlan:
         for new in items:
             check_new_item(new)
         if len({new.id for new in items}) != len(items):
@@ -162,7 +178,7 @@ class RedisStore(RedisReading, RedisSuppressionList, RedisShaping, RedisFailed):
         args: builtins.list[scripts.Arg] = [
             self.keys.prefix,
             LAYOUT_VERSION,
-            "" if self.max_items is None else str(self.max_items),
+            "" if bound is None else str(bound),
             str(len(items)),
         ]
         added = []
@@ -188,7 +204,11 @@ class RedisStore(RedisReading, RedisSuppressionList, RedisShaping, RedisFailed):
         return list(plan.added)
 
     def add_many(self, items: Sequence[NewItem], *, now: datetime) -> builtins.list[QueueItem]:
-        plan = self._plan_add(items, now)
+        return self._add_many(items, now, self.max_items)
+
+    def _add_many(self, items: Sequence[NewItem], now: datetime, bound: int | None) -> builtins.list[QueueItem]:
+        """`add_many` with the items this store's keys may hold at most (a partition's share of `max_items`)."""
+        plan = self._plan_add(items, now, bound)
         if not plan.added:
             return []
         if self.on_commit:
@@ -211,8 +231,11 @@ class RedisStore(RedisReading, RedisSuppressionList, RedisShaping, RedisFailed):
             )
 
     async def aadd_many(self, items: Sequence[NewItem], *, now: datetime) -> builtins.list[QueueItem]:
+        return await self._aadd_many(items, now, self.max_items)
+
+    async def _aadd_many(self, items: Sequence[NewItem], now: datetime, bound: int | None) -> builtins.list[QueueItem]:
         # Always at once: the worker's adds (DSNs) belong to no database transaction.
-        plan = self._plan_add(items, now)
+        plan = self._plan_add(items, now, bound)
         if not plan.added:
             return []
 
@@ -306,7 +329,7 @@ class RedisStore(RedisReading, RedisSuppressionList, RedisShaping, RedisFailed):
     # --- completing ---------------------------------------------------------------------
 
     def _complete_call(
-        self, item_id: uuid.UUID, owner: str, revision: int, completion: Completion, raw: Any
+        self, item_id: uuid.UUID, owner: str, revision: int, completion: Completion, raw: Any, bound: int | None
     ) -> tuple[QueueItem, scripts.Call] | None:
         """The item after `completion` and the script's keys and arguments; None when the item is gone."""
         if not raw:
@@ -332,7 +355,7 @@ class RedisStore(RedisReading, RedisSuppressionList, RedisShaping, RedisFailed):
                 "1" if after.delay_warned else "0",
             ]
             failed_at = str(to_micros(after.failed_at)) if after.failed_at is not None else ""
-        args += ["" if self.max_items is None else str(self.max_items), failed_at, str(len(completion.dsns))]
+        args += ["" if bound is None else str(bound), failed_at, str(len(completion.dsns))]
         if completion.dsns:
             assert completion.now is not None  # check_completion
             now_us = to_micros(completion.now)
@@ -371,10 +394,16 @@ class RedisStore(RedisReading, RedisSuppressionList, RedisShaping, RedisFailed):
     # marker, so that a script retried after a lost answer finds it ran and answers as it did.
 
     def complete(self, item_id: uuid.UUID, *, owner: str, revision: int, completion: Completion) -> QueueItem | None:
+        return self._complete(item_id, owner, revision, completion, self.max_items)
+
+    def _complete(
+        self, item_id: uuid.UUID, owner: str, revision: int, completion: Completion, bound: int | None
+    ) -> QueueItem | None:
+        """`complete`, its DSNs bounded by `bound` (a partition's share of `max_items`)."""
         check_owner(owner)
         check_completion(completion)
         raw = self._do(lambda client: _hgetall(client, self.keys.item(item_id)))
-        call = self._complete_call(item_id, owner, revision, completion, raw)
+        call = self._complete_call(item_id, owner, revision, completion, raw, bound)
         if call is None:
             return None
         after, (keys, args) = call
@@ -384,13 +413,18 @@ class RedisStore(RedisReading, RedisSuppressionList, RedisShaping, RedisFailed):
     async def acomplete(
         self, item_id: uuid.UUID, *, owner: str, revision: int, completion: Completion
     ) -> QueueItem | None:
+        return await self._acomplete(item_id, owner, revision, completion, self.max_items)
+
+    async def _acomplete(
+        self, item_id: uuid.UUID, owner: str, revision: int, completion: Completion, bound: int | None
+    ) -> QueueItem | None:
         check_owner(owner)
         check_completion(completion)
 
         async def read(client: AsyncClient[bytes]) -> Any:
             return await _ahgetall(client, self.keys.item(item_id))
 
-        call = self._complete_call(item_id, owner, revision, completion, await self._ado(read))
+        call = self._complete_call(item_id, owner, revision, completion, await self._ado(read), bound)
         if call is None:
             return None
         after, (keys, args) = call
@@ -401,6 +435,11 @@ class RedisStore(RedisReading, RedisSuppressionList, RedisShaping, RedisFailed):
         return self._completed(item_id, owner, after, await self._ado(write))
 
     async def acomplete_many(self, requests: Sequence[CompleteRequest]) -> builtins.list[QueueItem | None | QueueError]:
+        return await self._acomplete_many(requests, self.max_items)
+
+    async def _acomplete_many(
+        self, requests: Sequence[CompleteRequest], bound: int | None
+    ) -> builtins.list[QueueItem | None | QueueError]:
         """Two round trips for the whole batch: the items read in one pipeline, then each
         item's COMPLETE script (atomic on its own, as `complete`) in another, each retried on its own."""
         for request in requests:
@@ -420,7 +459,9 @@ class RedisStore(RedisReading, RedisSuppressionList, RedisShaping, RedisFailed):
         calls: builtins.list[tuple[int, QueueItem, scripts.Call]] = []
         for index, (request, raw) in enumerate(zip(requests, raws, strict=True)):
             try:
-                call = self._complete_call(request.item_id, request.owner, request.revision, request.completion, raw)
+                call = self._complete_call(
+                    request.item_id, request.owner, request.revision, request.completion, raw, bound
+                )
             except QueueError as exc:
                 answers.append(exc)
                 continue
@@ -517,69 +558,6 @@ class RedisStore(RedisReading, RedisSuppressionList, RedisShaping, RedisFailed):
 
         return await self._ado(work)
 
-    # --- reading --------------------------------------------------------------------------
-
-    def get(self, item_id: uuid.UUID) -> QueueItem | None:
-        return self._do(lambda client: to_item_or_none(_hgetall(client, self.keys.item(item_id))))
-
-    async def aget(self, item_id: uuid.UUID) -> QueueItem | None:
-        async def work(client: AsyncClient[bytes]) -> QueueItem | None:
-            return to_item_or_none(await _ahgetall(client, self.keys.item(item_id)))
-
-        return await self._ado(work)
-
-    def read_messages(self, item_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, bytes]:
-        if not item_ids:
-            return {}
-        keys = [self.keys.message(item_id) for item_id in item_ids]
-        found = self._do(lambda client: client.execute_command("MGET", *keys))
-        return {item_id: bytes(raw) for item_id, raw in zip(item_ids, found, strict=True) if raw is not None}
-
-    async def aread_messages(self, item_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, bytes]:
-        if not item_ids:
-            return {}
-        keys = [self.keys.message(item_id) for item_id in item_ids]
-
-        async def work(client: AsyncClient[bytes]) -> Any:
-            return await client.execute_command("MGET", *keys)  # type: ignore[no-untyped-call]
-
-        found = await self._ado(work)
-        return {item_id: bytes(raw) for item_id, raw in zip(item_ids, found, strict=True) if raw is not None}
-
-    def read_message(self, item_id: uuid.UUID) -> bytes | None:
-        key = self.keys.message(item_id)
-
-        def work(client: SyncClient[bytes]) -> bytes | None:
-            size = int(client.execute_command("STRLEN", key))
-            if size <= READ_CHUNK:
-                return bytes_or_none(client.execute_command("GET", key))
-            message = io.BytesIO()
-            for start in range(0, size, READ_CHUNK):
-                part = client.execute_command("GETRANGE", key, start, start + READ_CHUNK - 1)
-                if len(part) != min(READ_CHUNK, size - start):
-                    return None  # done (or cancelled) and dropped meanwhile
-                message.write(part)
-            return message.getvalue()
-
-        return self._do(work)
-
-    async def aread_message(self, item_id: uuid.UUID) -> bytes | None:
-        key = self.keys.message(item_id)
-
-        async def work(client: AsyncClient[bytes]) -> bytes | None:
-            size = int(await client.execute_command("STRLEN", key))  # type: ignore[no-untyped-call]
-            if size <= READ_CHUNK:
-                return bytes_or_none(await client.execute_command("GET", key))  # type: ignore[no-untyped-call]
-            message = io.BytesIO()
-            for start in range(0, size, READ_CHUNK):
-                part = await client.execute_command("GETRANGE", key, start, start + READ_CHUNK - 1)  # type: ignore[no-untyped-call]
-                if len(part) != min(READ_CHUNK, size - start):
-                    return None  # done (or cancelled) and dropped meanwhile
-                message.write(part)
-            return message.getvalue()
-
-        return await self._ado(work)
-
     # --- waking idle workers -----------------------------------------------------------------
 
     async def await_added(self, timeout: float) -> bool:
@@ -592,12 +570,10 @@ def _shape(item: QueueItem) -> tuple[str, str, str]:
     return item.queue, domains(item.recipients), words(item.subject)
 
 
-def _hgetall(client: SyncClient[bytes], key: str) -> Any:
-    return client.execute_command("HGETALL", key)
-
-
-async def _ahgetall(client: AsyncClient[bytes], key: str) -> Any:
-    return await client.execute_command("HGETALL", key)  # type: ignore[no-untyped-call]
+def _partitions(options: Mapping[str, Any] | None) -> int:
+    """How many parts the queue is split into: `partitions` on a Cluster, else 1."""
+    found = (options or {}).get("partitions", 1) if (options or {}).get("cluster") else 1
+    return found if isinstance(found, int) and not isinstance(found, bool) and found > 0 else 1
 
 
 def _lease_lost(item_id: uuid.UUID, owner: str) -> QueueError:

@@ -93,6 +93,8 @@ class RedisClients:
         self._finder = SlotFinder(url, timeout, password, keys.schema) if cluster and url is not None else None
         self._afinder: tuple[asyncio.AbstractEventLoop, AsyncSlotFinder] | None = None
         self.ready = False
+        #: the wake-up channels `await_added` subscribes to (none: the store's own, `<prefix>wakeup`)
+        self.channels: list[str] = []
 
     def sync(self) -> SyncClient[bytes]:
         client = self._client
@@ -385,7 +387,7 @@ class RedisClients:
                     self._listener = conn.async_client_from_url(self._url, self._timeout, self._password)
                 client = self._listener
             pubsub = client.pubsub()
-            await pubsub.subscribe(self.keys.wakeup)
+            await pubsub.subscribe(*(self.channels or [self.keys.wakeup]))
             self._pubsub = pubsub
         return self._pubsub
 

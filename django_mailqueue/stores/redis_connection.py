@@ -129,6 +129,10 @@ def check_options(options: Mapping[str, Any]) -> list[str]:
     return problems
 
 
+#: The most hash-tagged parts a queue is split into on a Cluster (`partitions`).
+MOST_PARTITIONS = 64
+
+
 def _cluster_problems(options: Mapping[str, Any]) -> list[str]:
     cluster = options.get("cluster", False)
     if not isinstance(cluster, bool):
@@ -139,11 +143,8 @@ def _cluster_problems(options: Mapping[str, Any]) -> list[str]:
     problems = []
     if options.get("url") is None:
         problems.append("a Redis Cluster is reached by 'url' (any of its nodes), not by 'cache' or 'sentinels'")
-    if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions != 1:
-        problems.append(
-            "'partitions' must be 1: the queue's keys share one hash slot, so one primary of the cluster holds "
-            "them (more partitions are not supported yet; see docs/redis.md)"
-        )
+    if isinstance(partitions, bool) or not isinstance(partitions, int) or not 1 <= partitions <= MOST_PARTITIONS:
+        problems.append(f"'partitions' must be a whole number from 1 to {MOST_PARTITIONS}")
     if options.get("sync_replicas", 0):
         problems.append("'sync_replicas' is not supported with 'cluster' (give 0): WAIT is not sent on a Cluster")
     return problems

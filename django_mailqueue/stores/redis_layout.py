@@ -18,11 +18,46 @@ from . import redis_scripts as scripts
 LAYOUT_VERSION = "django-mailqueue:1"
 
 
-def layout_prefix(key_prefix: str, *, cluster: bool = False) -> str:
+def layout_prefix(key_prefix: str, *, cluster: bool = False, partition: int = 0, partitions: int = 1) -> str:
     """What every key's name starts with: `key_prefix` on one Redis; on a Redis Cluster, `key_prefix` and a hash
-    tag of it (`mailqueue:{mailqueue:0}:`), so that every key of the queue hashes to one slot and each script may
-    touch any of them (Cluster runs a script only on keys of one slot). The `0` names the queue's one partition."""
-    return f"{key_prefix}{{{key_prefix}0}}:" if cluster else key_prefix
+    tag (`mailqueue:{mailqueue:0}:`), so that every key of one partition hashes to one slot and each script may
+    touch any of them (Cluster runs a script only on keys of one slot). Partition 0's tag is `<key_prefix>0`
+    whatever `partitions` is (a queue of one partition keeps its keys when more are added); see `partition_tag`."""
+    if not cluster:
+        return key_prefix
+    return f"{key_prefix}{{{partition_tag(key_prefix, partition, partitions)}}}:"
+
+
+#: The hash slots of a Redis Cluster.
+SLOTS = 16384
+
+
+def partition_tag(key_prefix: str, partition: int, partitions: int) -> str:
+    """Partition `partition`'s hash tag: `<key_prefix>0` for the first; for the others `<key_prefix><p>-<k>`,
+    the first `k` whose slot is in the middle half of the `p`-th `1/partitions` of the slots after partition 0's.
+    With the slots split evenly over as many primaries as partitions (as `redis-cli --cluster create` splits
+    them), each partition is then on a primary of its own (docs/redis.md, "Partitions")."""
+    first = f"{key_prefix}0"
+    if partition == 0:
+        return first
+    width = SLOTS / partitions
+    part = (int(key_slot(first) // width) + partition) % partitions
+    low, high = part * width + width / 4, part * width + 3 * width / 4
+    k = 0
+    while not low <= key_slot(f"{key_prefix}{partition}-{k}") < high:
+        k += 1
+    return f"{key_prefix}{partition}-{k}"
+
+
+def key_slot(tag: str) -> int:
+    """The Cluster slot of a key whose hash tag is `tag` (CRC16/XMODEM of its bytes, modulo 16384)."""
+    crc = 0
+    for byte in tag.encode():
+        crc ^= byte << 8
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else crc << 1
+            crc &= 0xFFFF
+    return crc % SLOTS
 
 
 @dataclass(frozen=True)

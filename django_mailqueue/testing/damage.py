@@ -24,11 +24,13 @@ def lose_message(store: QueueStore, item_id: uuid.UUID) -> None:
 
         QueuedMessage.objects.using(store.alias).filter(item__id=item_id).delete()
         return
-    if type(store).__name__ == "RedisStore":  # redis-py may not be installed: no import unless it is one
+    if type(store).__name__ in ("RedisStore", "PartitionedRedisStore"):  # redis-py may not be installed
         from ..stores.redis import RedisStore
+        from ..stores.redis_partitions import PartitionedRedisStore
 
         assert isinstance(store, RedisStore)
-        key = store.keys.message(item_id)
-        store._do(lambda client: client.execute_command("DEL", key))
+        part = (store.part_of(item_id) or store) if isinstance(store, PartitionedRedisStore) else store
+        key = part.keys.message(item_id)
+        part._do(lambda client: client.execute_command("DEL", key))
         return
     raise NotImplementedError(f"{type(store).__name__} cannot be made to lose a message")

@@ -189,3 +189,146 @@ def test_the_store_follows_its_slot_to_another_primary(cluster: ClusterSetup) ->
         assert sum(held.values()) == held[cluster.node_of(store.keys.schema)] > 0, held
     finally:
         store.close()
+
+
+# --- a queue split into partitions (OPTIONS["partitions"]) --------------------------------------------------------
+
+
+def _partitioned(cluster: ClusterSetup, tag: str, max_items: int | None = None, partitions: int = 3) -> RedisStore:
+    return RedisStore(cluster.options(key_prefix=_prefix(tag), partitions=partitions), max_items=max_items)
+
+
+class TestPartitionedStoreOnCluster(QueueStoreContract):
+    """The whole contract on a queue of three partitions (but the claim order across partitions, and max_items
+    under concurrent adders: `in_add_order` and `exact_max_items` are False; see the tests below)."""
+
+    @pytest.fixture
+    def make_store(self, cluster: ClusterSetup) -> Iterator[StoreFactory]:
+        made: list[RedisStore] = []
+
+        def make(max_items: int | None = None) -> QueueStore:
+            store = _partitioned(cluster, "p", max_items)
+            made.append(store)
+            return store
+
+        yield make
+        for store in made:
+            store.close()
+
+    def end_thread(self) -> None:
+        pass
+
+
+class TestPartitionedStoreOnClusterAsync(QueueStoreContract):
+    """The same through the asyncio twins."""
+
+    @pytest.fixture
+    def make_store(self, cluster: ClusterSetup) -> Iterator[StoreFactory]:
+        loop = LoopThread()
+        made: list[RedisStore] = []
+
+        def make(max_items: int | None = None) -> QueueStore:
+            inner = _partitioned(cluster, "pa", max_items)
+            made.append(inner)
+            return AsyncTwins(inner, loop)
+
+        yield make
+        for inner in made:
+            loop.call(inner.aclose())
+        loop.stop()
+
+    def end_thread(self) -> None:
+        pass
+
+    def lose_message(self, store: QueueStore, item_id: uuid.UUID) -> None:
+        assert isinstance(store, AsyncTwins)
+        super().lose_message(store.inner, item_id)
+
+
+def test_partitions_spread_the_queue_one_a_primary(cluster: ClusterSetup) -> None:
+    from django_mailqueue.stores.redis_partitions import PartitionedRedisStore
+
+    store = _partitioned(cluster, "spread")
+    assert isinstance(store, PartitionedRedisStore)
+    try:
+        store.add_many([new_item([f"r{i}@example.org"]) for i in range(5)], now=T0)
+        for i in range(30):
+            store.add(new_item([f"s{i}@example.org"]), now=T0)
+        with cluster.client() as client:
+            slots = {client.keyslot(part.keys.schema) for part in store.parts}
+        held = cluster.keys_per_node(f"{store.key_prefix}*")
+        assert len(slots) == 3 and len(held) == 3 and min(held.values()) >= 20, (slots, held)
+        assert sorted(cluster.node_of(part.keys.schema) for part in store.parts) == sorted(held)
+        assert store.count() == 35 and [part.count() for part in store.parts].count(0) == 0
+    finally:
+        store.close()
+
+
+def test_a_claim_takes_from_the_partitions_in_turn_each_in_its_order(cluster: ClusterSetup) -> None:
+    """Each partition's items come earliest due first, then oldest; the claims start at the next partition each
+    time, so every partition is served while each holds more than a claim takes."""
+    from django_mailqueue.stores.redis_partitions import PartitionedRedisStore
+
+    store = _partitioned(cluster, "turn")
+    assert isinstance(store, PartitionedRedisStore)
+    try:
+        ids = [store.add(new_item(not_before=at(60 - i % 7)), now=T0).id for i in range(60)]
+        where = {item_id: store.part_of(item_id) for item_id in ids}
+        got: list[list[uuid.UUID]] = []
+        while claimed := store.claim(owner="w", now=at(100), lease_expires=at(200), limit=4):
+            got.append([item.id for item in claimed])
+        assert sorted(i for batch in got for i in batch) == sorted(ids)
+        firsts = [where[batch[0]].partition for batch in got[:3]]  # type: ignore[union-attr]
+        assert sorted(firsts) == [0, 1, 2], firsts
+        for part in store.parts:
+            mine = [i for batch in got for i in batch if where[i] is part]
+            expected = sorted(mine, key=lambda i: (60 - ids.index(i) % 7, ids.index(i)))
+            assert mine == expected, part.partition
+    finally:
+        store.close()
+
+
+def test_one_partition_then_three_keeps_the_queue(cluster: ClusterSetup) -> None:
+    """Partition 0's keys are the one-partition queue's: a queue given more partitions keeps its items."""
+    prefix = _prefix("grow")
+    one = RedisStore(cluster.options(key_prefix=prefix))
+    three = RedisStore(cluster.options(key_prefix=prefix, partitions=3))
+    try:
+        before = one.add_many([new_item() for _ in range(4)], now=T0)
+        assert three.count() == 4 and {three.get(item.id) for item in before} == set(before)
+        three.add_many([new_item() for _ in range(4)], now=T0)
+        claimed = three.claim(owner="w", now=T0, lease_expires=at(60), limit=20)
+        assert len(claimed) == 8 and three.count() == 8
+    finally:
+        one.close()
+        three.close()
+
+
+def test_status_counts_every_partition(cluster: ClusterSetup) -> None:
+    """`mailqueue_status` (and the metrics, which read the same summary) sees the items of every partition."""
+    import json
+    from datetime import UTC, datetime
+    from io import StringIO
+
+    from django.core.management import call_command
+    from django.test import override_settings
+
+    from django_mailqueue.stores import get_store, reset_store
+
+    options = cluster.options(key_prefix=_prefix("status"), partitions=3)
+    store = {"BACKEND": "django_mailqueue.stores.redis.RedisStore", "OPTIONS": options}
+    with override_settings(MAILQUEUE={"STORE": store, "HOSTNAME": "mq.test"}):
+        reset_store()
+        try:
+            queued = get_store()
+            now = datetime.now(UTC)
+            for i in range(9):
+                queued.add(new_item([f"r{i}@example.org"], queue="bulk" if i % 3 else "default"), now=now)
+            assert all(part.count() == 3 for part in queued.parts)  # type: ignore[attr-defined]
+            out = StringIO()
+            call_command("mailqueue_status", "--json", stdout=out)
+            data = json.loads(out.getvalue())
+            assert data["total"] == 9 and data["by_state"]["due"] == 9, data
+            assert data["by_queue"]["bulk"]["due"] == 6 and data["by_queue"]["default"]["due"] == 3, data
+        finally:
+            reset_store()

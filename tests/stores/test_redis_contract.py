@@ -156,6 +156,8 @@ class AsyncTwins(QueueStore):
     def __init__(self, inner: RedisStore, loop: LoopThread) -> None:
         super().__init__()
         self.orders = inner.orders
+        self.in_add_order = inner.in_add_order
+        self.exact_max_items = inner.exact_max_items
         self.inner = inner
         self.loop = loop
         self.max_items = inner.max_items

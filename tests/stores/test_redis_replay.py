@@ -130,7 +130,7 @@ def test_the_revision_check_alone_never_records_twice(redis_url: str, prefix: st
     store.add(new_item(), now=T0)
     (item,) = store.claim(owner="w", now=T0, lease_expires=at(60))
     call = store._complete_call(
-        item.id, "w", item.revision, LATER_ON, store._do(lambda c: c.hgetall(store.keys.item(item.id)))
+        item.id, "w", item.revision, LATER_ON, store._do(lambda c: c.hgetall(store.keys.item(item.id))), None
     )
     assert call is not None
     keys, args = call[1]

@@ -28,12 +28,15 @@ from tests.worker.conftest import MailWorld
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True, databases=DATABASES)]
 
 
-@pytest.fixture(params=["postgres", "redis", "redis-cluster"])
+@pytest.fixture(params=["postgres", "redis", "redis-cluster", "redis-partitions"])
 def shared_store(request: pytest.FixtureRequest) -> Iterator[tuple[dict[str, Any], QueueStore]]:
-    """A store every process reaches: its MAILQUEUE["STORE"] and an instance for the test."""
+    """A store every process reaches: its MAILQUEUE["STORE"] and an instance for the test (`redis-partitions`: the
+    queue in three partitions of the Cluster)."""
     if request.param.startswith("redis"):
-        fixture = "redis_cluster_store_config" if request.param == "redis-cluster" else "redis_store_config"
+        fixture = "redis_store_config" if request.param == "redis" else "redis_cluster_store_config"
         config: dict[str, Any] = request.getfixturevalue(fixture)
+        if request.param == "redis-partitions":
+            config = {**config, "OPTIONS": {**config["OPTIONS"], "partitions": 3}}
         store: QueueStore = RedisStore(config["OPTIONS"])
     else:
         alias = request.getfixturevalue("pg_alias")
@@ -111,21 +114,23 @@ def test_two_workers_deliver_1000_messages_exactly_once(
 def test_four_workers_on_a_redis_cluster_deliver_each_message_exactly_once(
     mail_world: MailWorld, redis_cluster: Any, workers: Callable[..., WorkerProcess]
 ) -> None:
-    """4 `mailqueue_work --once` on the three-primary Cluster, MAILQUEUE_TEST_CLUSTER_MESSAGES each (250 here;
-    20000 for issue 26's run): every message delivered once, the queue empty, the keys counted per primary."""
+    """4 `mailqueue_work --once` on the three-primary Cluster, the queue in MAILQUEUE_TEST_CLUSTER_PARTITIONS
+    partitions (3), MAILQUEUE_TEST_CLUSTER_MESSAGES messages each (250 here; 20000 for issue 26's run): every
+    message delivered once, the queue empty, the keys counted per primary — a share on each."""
     per_worker = int(os.environ.get("MAILQUEUE_TEST_CLUSTER_MESSAGES", "250"))
+    partitions = int(os.environ.get("MAILQUEUE_TEST_CLUSTER_PARTITIONS", "3"))
     total = per_worker * 4
     prefix = unique_prefix("four")
     config = {
         "BACKEND": "django_mailqueue.stores.redis.RedisStore",
-        "OPTIONS": redis_cluster.options(key_prefix=prefix),
+        "OPTIONS": redis_cluster.options(key_prefix=prefix, partitions=partitions),
     }
     store = RedisStore(config["OPTIONS"])
     now = SystemClock().now()
-    for start in range(0, total, 500):
-        store.add_many([message(n, f"a{n}@dest.test") for n in range(start, min(start + 500, total))], now=now)
+    for start in range(0, total, 50):  # the batches go to the partitions in turn
+        store.add_many([message(n, f"a{n}@dest.test") for n in range(start, min(start + 50, total))], now=now)
     held = redis_cluster.keys_per_node(f"{prefix}*")
-    print(f"{total} messages queued; keys per primary: {held}")
+    print(f"{total} messages queued in {partitions} partition(s); keys per primary: {held}")
     mailqueue = mail_world.mailqueue(config, CONCURRENCY=20)
     started = time.monotonic()
     running = [workers(mailqueue, "--once") for _ in range(4)]
@@ -137,6 +142,8 @@ def test_four_workers_on_a_redis_cluster_deliver_each_message_exactly_once(
     assert max(seen.values()) == 1, [pair for pair, times in seen.items() if times > 1][:5]
     assert store.count() == 0
     assert sum(held.values()) >= 2 * total  # an item's hash and its message at least, wherever they are
+    if partitions >= 3:
+        assert min(held.values()) >= sum(held.values()) / 6, held  # each primary holds about a third
     store.close()
 
 

@@ -101,6 +101,8 @@ class Adding(ContractBase):
 
     def test_concurrent_adders_never_pass_max_items(self, make_store: StoreFactory) -> None:
         store = make_store(max_items=40)
+        if not store.exact_max_items:
+            pytest.skip(f"{type(store).__name__} checks max_items against counts read before the add")
 
         def add(index: int) -> int:
             added = 0

@@ -18,6 +18,7 @@ class Leasing(ContractBase):
     # --- claim ----------------------------------------------------------------------
 
     def test_claim_takes_the_earliest_due_then_the_oldest(self, store: QueueStore) -> None:
+        self.needs_add_order(store)
         first = store.add(new_item(not_before=at(10)), now=T0)
         second = store.add(new_item(not_before=at(10)), now=T0)
         earliest = store.add(new_item(not_before=at(5)), now=at(1))
@@ -27,6 +28,7 @@ class Leasing(ContractBase):
         assert future.id not in {i.id for i in claimed}
 
     def test_equally_due_items_come_oldest_first(self, store: QueueStore) -> None:
+        self.needs_add_order(store)
         ids = [store.add(new_item(), now=T0).id for _ in range(12)]
         batch = store.add_many([new_item() for _ in range(5)], now=T0)
         ids.extend(b.id for b in batch)
@@ -51,6 +53,7 @@ class Leasing(ContractBase):
         assert again.reclaims == 1 and again.revision == first.revision + 1
 
     def test_claim_honours_the_limit_and_the_queue_order(self, store: QueueStore) -> None:
+        self.needs_add_order(store)
         bulk = [store.add(new_item(queue="bulk"), now=T0).id for _ in range(3)]
         urgent = [store.add(new_item(queue="urgent"), now=at(1)).id for _ in range(2)]
         store.add(new_item(queue="other"), now=T0)
