@@ -39,10 +39,10 @@ from .redis_layout import (
     dump_recipients,
     fields,
     item_args,
+    item_of,
     layout_prefix,
     suppression_args,
     text,
-    to_item,
     to_item_or_none,
     words,
 )
@@ -288,8 +288,9 @@ class RedisStore(RedisMessages, RedisReading, RedisSuppressionList, RedisShaping
         """The claimed items, their queue and domains noted (the keys a later reschedule declares)."""
         items = []
         for raw in raws:
-            item = to_item(raw)
-            self._shapes.note(item.id, fields(raw))
+            found = fields(raw)
+            item = item_of(found)
+            self._shapes.note(item.id, found)
             items.append(item)
         return items
 
@@ -335,12 +336,13 @@ class RedisStore(RedisMessages, RedisReading, RedisSuppressionList, RedisShaping
         if not raw:
             self._shapes.forget(item_id)
             return None
-        before = to_item(raw)
+        found = fields(raw)
+        before = item_of(found)
         if before.owner != owner or before.revision != revision:
             raise _lease_lost(item_id, owner)
         after = apply_completion(before, completion)
         keys = self._complete_keys()
-        keys += self.keys.of_item(item_id, self._shapes.note(item_id, fields(raw)))
+        keys += self.keys.of_item(item_id, self._shapes.note(item_id, found))
         args: builtins.list[scripts.Arg] = [self.keys.prefix, str(item_id), owner, str(revision)]
         failed_at = ""
         if after.done and not after.kept:

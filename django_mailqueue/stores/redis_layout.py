@@ -357,14 +357,19 @@ def text(value: Any) -> str:
 
 
 def fields(raw: Any) -> dict[str, str]:
-    if isinstance(raw, dict):
-        return {text(k): text(v) for k, v in raw.items()}
-    return {text(raw[i]): text(raw[i + 1]) for i in range(0, len(raw), 2)}
+    """A hash as HGETALL gives it (a dict) or a script does (a flat list), its names and values as text."""
+    pairs = raw.items() if isinstance(raw, dict) else zip(raw[::2], raw[1::2], strict=True)
+    # bytes from the server (the store's clients do not decode); the worker reads some 40 fields a message
+    return {k.decode() if type(k) is bytes else text(k): v.decode() if type(v) is bytes else text(v) for k, v in pairs}
 
 
 def to_item(raw: Any) -> QueueItem:
     """An item from its hash, as HGETALL gives it (a dict) or a script does (a flat list)."""
-    f = fields(raw)
+    return item_of(fields(raw))
+
+
+def item_of(f: dict[str, str]) -> QueueItem:
+    """An item from its hash's `fields`."""
     return QueueItem(
         id=uuid.UUID(f["id"]),
         sender=f["sender"],
