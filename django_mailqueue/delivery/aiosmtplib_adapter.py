@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from importlib.metadata import PackageNotFoundError, version
 
 import aiosmtplib.protocol
 from aiosmtplib import SMTPReadTimeoutError, SMTPServerDisconnected
@@ -183,6 +182,9 @@ def _keeping_data_received(protocol: SMTPProtocol) -> Callable[[bytes], None]:
 
 
 def _installed_version() -> str:
+    # imported here: importlib.metadata costs a worker's start ~10 ms, and this is only said with the fallback's warning
+    from importlib.metadata import PackageNotFoundError, version
+
     with contextlib.suppress(PackageNotFoundError):
         return version("aiosmtplib")
     return "(version unknown)"

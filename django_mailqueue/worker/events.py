@@ -36,6 +36,19 @@ async def tell(sender: type, events: Sequence[Event]) -> None:
         await asyncio.to_thread(send_events, sender, heard)
 
 
+def worker_signals_heard() -> bool:
+    """Some receiver is connected to a signal an outcome is told with (any sender): else there is nothing to send."""
+    from .. import signals
+
+    return bool(
+        signals.delivered.receivers
+        or signals.failed.receivers
+        or signals.deferred.receivers
+        or signals.dsn.receivers
+        or signals.error.receivers
+    )
+
+
 def _name(signal: Signal) -> str:
     from .. import signals
 

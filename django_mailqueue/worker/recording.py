@@ -15,7 +15,7 @@ from ..core.errors import Code, QueueError
 from ..core.items import CompleteRequest, Completion, QueueItem, RecipientOutcome, RecipientState, apply_completion
 from ..history import HistoryEntry
 from .attempt import Attempt, Retry
-from .events import tell
+from .events import tell, worker_signals_heard
 from .record import AttemptOutcome, Record, decide
 
 if TYPE_CHECKING:
@@ -101,6 +101,8 @@ class RecordingSteps:
             for note in record.dsns:
                 self.stats.dsns += 1
                 logger.info("dsn item=%s kind=%s dsn=%s to=<%s>", item.id, note.kind, note.item.id, item.sender)
+        if self.observer is None and not worker_signals_heard():
+            return  # nobody to tell: the events are not even made
         events = record.events(with_dsns=with_dsns)
         if self.observer is not None:
             self.observer.told(events, item=item, now=self.clock.now())
@@ -219,7 +221,7 @@ class RecordingSteps:
         docs/reliability.md, "History before the outcome"."""
         retry, pending = Retry(), list(entries)
         while pending:
-            answers = await asyncio.gather(*(self._history.enqueue(e) for e in pending), return_exceptions=True)
+            answers = await _answers([self._history.enqueue(e) for e in pending])
             failed = [(entry, answer) for entry, answer in zip(pending, answers, strict=True) if answer is not None]
             pending = [entry for entry, _ in failed]
             if not failed:
@@ -260,3 +262,21 @@ class RecordingSteps:
             reply.status,
             reply,
         )
+
+
+async def _answers(futures: list[asyncio.Future[None]]) -> list[BaseException | None]:
+    """Each future's answer or exception, in order (`gather(return_exceptions=True)` without its own future and
+    callbacks: the entries of one attempt are answered by one batch). Cancelled, the rest are cancelled too."""
+    answers: list[BaseException | None] = []
+    try:
+        for future in futures:
+            try:
+                await future
+            except Exception as exc:  # noqa: BLE001 - handed to the caller, as gather would
+                answers.append(exc)
+            else:
+                answers.append(None)
+    finally:
+        for future in futures:
+            future.cancel()  # nothing for the done ones
+    return answers
