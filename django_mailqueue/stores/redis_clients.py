@@ -146,6 +146,7 @@ class RedisClients:
             else:
                 assert self._async_settings is not None
                 client = conn.async_client_from_settings(*self._async_settings)
+        conn.pack_with_hiredis(client)
         self._async = (loop, client, manager)
         self._pubsub = None
         self._listener = None
@@ -162,6 +163,7 @@ class RedisClients:
         if self._afinder is None or self._afinder[0] is not loop:
             self._afinder = (loop, AsyncSlotFinder(self._finder.url, self._timeout, self._password, self.keys.schema))
         client = await self._afinder[1].client()
+        conn.pack_with_hiredis(client)
         current = self._async
         if current is not None and current[0] is loop:  # found by a call made at the same time: one client
             await _quietly(client.aclose())  # type: ignore[attr-defined, unused-ignore]

@@ -276,3 +276,42 @@ def test_a_wrong_password_in_the_cache_is_not_shown(redis_url: str, acl_user_wit
         with pytest.raises(QueueError) as refused:
             store.count()
         assert refused.value.code == "STORE_UNAVAILABLE" and wrong not in str(refused.value)
+
+
+# --- commands packed by hiredis ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("EVALSHA", "a" * 40, "2", "mq:{q}:items", "mq:{q}:leases", "owner", "record", '[["ü@b.example","delivered"]]'),
+        ("HGETALL", b"mq:{q}:item:\xff"),
+        ("SCRIPT LOAD", "return 1"),  # redis-py sends a command's words apart: the fallback's packing
+        ("SET", "k", 1.5),  # not text: the fallback's
+        ("SET", "k", b"x" * 10_000),  # long: redis-py's, which sends it without a copy
+        ("SET", "k", "ü" * 7_000),
+    ],
+)
+def test_hiredis_packs_every_command_as_redis_py_does(args: tuple[Any, ...]) -> None:
+    import redis.asyncio
+
+    from django_mailqueue.stores.redis_connection import pack_with_hiredis
+
+    client = redis.asyncio.Redis()
+    plain = client.connection_pool.connection_class()
+    pack_with_hiredis(client)
+    packing = client.connection_pool.connection_class()
+    assert type(packing).__name__ == "HiredisConnection"
+    assert b"".join(packing.pack_command(*args)) == b"".join(plain.pack_command(*args))
+
+
+async def test_the_store_packs_its_async_commands_with_hiredis(make: Maker) -> None:
+    store = make()
+    try:
+        item = (await store.aadd_many([new_item()], now=T0))[0]
+        (claimed,) = await store.aclaim(owner="w", now=T0, lease_expires=at(300), limit=1)
+        assert claimed.id == item.id
+        client = store._clients.async_()  # noqa: SLF001 - which connections the worker's calls went through
+        assert client.connection_pool.connection_class.__name__.startswith("Hiredis")
+    finally:
+        await store.aclose()
