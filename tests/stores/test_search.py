@@ -16,10 +16,12 @@ from django_mailqueue.stores.orm import OrmStore, queries
 from django_mailqueue.stores.orm.pg_search import (
     ADDRESS_START_INDEX,
     ADDRESS_TRIGRAM_INDEX,
+    TEXT_TRIGRAM_INDEX,
     TRIGRAM_INDEXES,
     WORD_INDEX,
     AddressStartIndex,
     DropAddressTrigramIndex,
+    SubjectTrigramIndex,
     TrigramSearchIndexes,
     word_index_present,
 )
@@ -141,7 +143,7 @@ def test_an_address_start_is_a_range_of_the_address_index_read_alone(pg_alias: s
 
 def index_names(alias: str) -> set[str]:
     with connections[alias].cursor() as cursor:
-        cursor.execute("SELECT indexname FROM pg_indexes WHERE indexname = ANY(%s)", [list(TRIGRAM_INDEXES)])
+        cursor.execute("SELECT indexname FROM pg_indexes WHERE indexname = ANY(%s)", [[*TRIGRAM_INDEXES, WORD_INDEX]])
         return {row[0] for row in cursor.fetchall()}
 
 
@@ -158,6 +160,35 @@ def test_the_address_trigram_index_is_dropped_and_made_again_when_the_migration_
     store = OrmStore({"database": pg_alias})
     added = fill(store)
     assert len(store.dialect.search_candidates("ann.smith1", 100) or []) == 3  # 1, 10 and 11: the btree's range
+    for search in SEARCHES:
+        expected = {i.id for i in added if matches(i, ItemQuery(search=search))}
+        assert {i.id for i in store.list(ItemQuery(search=search), limit=100)} == expected, search
+
+
+def test_the_subject_trigram_index_holds_the_subject_alone_and_the_migration_undone_brings_the_old_one_back(
+    pg_alias: str,
+) -> None:
+    """Migration 0017 replaces 0010's index of the sender and subject by the subject's alone; a word is read from it."""
+    conn = connections[pg_alias]
+    with conn.cursor() as cursor:
+        cursor.execute("SELECT indexdef FROM pg_indexes WHERE indexname = %s", [WORD_INDEX])
+        row = cursor.fetchone()
+    assert row is not None and "subject gin_trgm_ops" in row[0] and "sender" not in row[0]
+    state = ProjectState.from_apps(apps)
+    with conn.schema_editor() as editor:
+        SubjectTrigramIndex().database_backwards("django_mailqueue", editor, state, state)
+    assert index_names(pg_alias) == {TEXT_TRIGRAM_INDEX}
+    with conn.schema_editor() as editor:
+        SubjectTrigramIndex().database_forwards("django_mailqueue", editor, state, state)
+    assert index_names(pg_alias) == {WORD_INDEX}
+    store = OrmStore({"database": pg_alias})
+    added = fill(store)
+    assert len(store.dialect.search_candidates("invoice", 100) or []) == 12  # a word: the subject's index
+    with conn.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")  # a tiny table: the plan the index allows, not its cost
+        cursor.execute("EXPLAIN " + statement("postgresql", "search_items"), [r"\yinvoice\y", 10])
+        plan = "\n".join(r[0] for r in cursor.fetchall())
+    assert WORD_INDEX in plan, plan
     for search in SEARCHES:
         expected = {i.id for i in added if matches(i, ItemQuery(search=search))}
         assert {i.id for i in store.list(ItemQuery(search=search), limit=100)} == expected, search

@@ -16,15 +16,19 @@ from .statements import statement
 
 logger = logging.getLogger("django_mailqueue.migrations")
 
-#: The subject's trigram index: a subject word's items (the one trigram index the search reads).
-WORD_INDEX = "mailqueue_item_text_trgm"
+#: The subject's trigram index (migration 0017): a subject word's items, the one trigram index the search reads.
+WORD_INDEX = "mailqueue_item_subject_trgm"
+WORD_INDEX_ON = "mailqueue_item USING gin (subject gin_trgm_ops)"
 #: A recipient address's trigram index, made by migration 0010 and dropped by 0016: an address start is a range
 #: of `ADDRESS_START_INDEX`, so it served no search and took an entry per trigram of every address added.
 ADDRESS_TRIGRAM_INDEX = "mailqueue_recipient_address_trgm"
+#: The sender's and subject's trigram index of migration 0010, replaced by `WORD_INDEX` in 0017: the sender is
+#: not searched, yet every item added put an entry per trigram of its sender in it.
+TEXT_TRIGRAM_INDEX = "mailqueue_item_text_trgm"
 #: The trigram indexes migration 0010 makes, by name.
 TRIGRAM_INDEXES = {
     ADDRESS_TRIGRAM_INDEX: "mailqueue_recipient USING gin (address gin_trgm_ops)",
-    WORD_INDEX: "mailqueue_item USING gin (sender gin_trgm_ops, subject gin_trgm_ops)",
+    TEXT_TRIGRAM_INDEX: "mailqueue_item USING gin (sender gin_trgm_ops, subject gin_trgm_ops)",
 }
 #: A word shorter than this has no trigram an index can look up: it is tested on the rows.
 MIN_INDEXED = 3
@@ -156,6 +160,12 @@ class AddressStartIndex(Operation):
         return "Create the search's index of the recipients' lowercase addresses (PostgreSQL)"
 
 
+def _pg_trgm_installed(schema_editor: Any) -> bool:
+    with schema_editor.connection.cursor() as cursor:
+        cursor.execute("SELECT 1 FROM pg_extension WHERE extname = 'pg_trgm'")
+        return cursor.fetchone() is not None
+
+
 class DropAddressTrigramIndex(Operation):
     """Drop `ADDRESS_TRIGRAM_INDEX` on PostgreSQL only (migration 0016); undone, make it again as migration 0010
     did, where pg_trgm is installed."""
@@ -180,12 +190,43 @@ class DropAddressTrigramIndex(Operation):
     def database_backwards(self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any) -> None:
         if not self._applies(schema_editor, from_state, app_label):
             return
-        with schema_editor.connection.cursor() as cursor:
-            cursor.execute("SELECT 1 FROM pg_extension WHERE extname = 'pg_trgm'")
-            installed = cursor.fetchone() is not None
-        if installed:
+        if _pg_trgm_installed(schema_editor):
             definition = TRIGRAM_INDEXES[ADDRESS_TRIGRAM_INDEX]
             schema_editor.execute(f"CREATE INDEX IF NOT EXISTS {ADDRESS_TRIGRAM_INDEX} ON {definition}")
 
     def describe(self) -> str:
         return "Drop the recipients' address trigram index, which the search no longer reads (PostgreSQL)"
+
+
+class SubjectTrigramIndex(Operation):
+    """Replace migration 0010's `TEXT_TRIGRAM_INDEX` (sender and subject) by `WORD_INDEX` (the subject alone) on
+    PostgreSQL where pg_trgm is installed (migration 0017); undone, the other way round. A plain `CREATE INDEX`:
+    adds wait while it is built."""
+
+    reversible = True
+    reduces_to_sql = False
+
+    def state_forwards(self, app_label: str, state: Any) -> None:
+        pass  # indexes the models never declared: the migration state is unchanged
+
+    def _applies(self, schema_editor: Any, from_state: Any, app_label: str) -> bool:
+        conn = schema_editor.connection
+        return bool(
+            conn.vendor == "postgresql"
+            and self.allow_migrate_model(conn.alias, from_state.apps.get_model(app_label, "QueuedItem"))
+            and _pg_trgm_installed(schema_editor)
+        )
+
+    def database_forwards(self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any) -> None:
+        if self._applies(schema_editor, from_state, app_label):
+            schema_editor.execute(f"CREATE INDEX IF NOT EXISTS {WORD_INDEX} ON {WORD_INDEX_ON}")
+            schema_editor.execute(f"DROP INDEX IF EXISTS {TEXT_TRIGRAM_INDEX}")
+
+    def database_backwards(self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any) -> None:
+        if self._applies(schema_editor, from_state, app_label):
+            definition = TRIGRAM_INDEXES[TEXT_TRIGRAM_INDEX]
+            schema_editor.execute(f"CREATE INDEX IF NOT EXISTS {TEXT_TRIGRAM_INDEX} ON {definition}")
+            schema_editor.execute(f"DROP INDEX IF EXISTS {WORD_INDEX}")
+
+    def describe(self) -> str:
+        return "Make the search's trigram index of the subject alone, without the sender (PostgreSQL)"
