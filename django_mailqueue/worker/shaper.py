@@ -231,7 +231,8 @@ class Shaper:
     def _refill(self, policy: DestinationPolicy) -> None:
         """Ask the store for the next few tokens, in the background (one request per bucket at a time)."""
         key = policy.key
-        if key in self._refills:
+        asking = self._refills.get(key)
+        if asking is not None and not asking.done():  # a finished one whose callback has not run yet is over
             return
         loop = asyncio.get_running_loop()
         due = self._empty_until.get(key, 0.0)
@@ -241,7 +242,7 @@ class Shaper:
             return
         task = loop.create_task(self._take(policy), name=f"mailqueue-tokens-{key}")
         self._refills[key] = task
-        task.add_done_callback(lambda _: self._refills.pop(key, None))
+        task.add_done_callback(lambda done: self._refills.pop(key) if self._refills.get(key) is done else None)
 
     def _due(self, key: str) -> None:
         self._timers.pop(key, None)
@@ -274,7 +275,7 @@ class Shaper:
         while self._stock[key] < 1:
             self._refill(policy)
             task = self._refills.get(key)
-            if task is not None:
+            if task is not None and not task.done():  # awaiting a finished task would not yield to the loop
                 await asyncio.shield(task)
             else:
                 await asyncio.sleep(max(0.005, self._empty_until.get(key, 0.0) - loop.time()))

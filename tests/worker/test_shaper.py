@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import signal
 from datetime import timedelta
 from typing import Any
 
@@ -55,6 +56,32 @@ async def test_a_rate_admits_what_the_store_s_bucket_gives_a_few_tokens_at_a_tim
     await asyncio.wait_for(woken.wait(), 5)
     admitted = [s.admit(item(store, clock, f"u{n}@a.test")) for n in range(6)]
     assert [type(a) for a in admitted] == [Ticket] * 5 + [Wait]  # a batch is 0.05 s of the rate: 5
+
+
+async def test_a_take_that_ended_before_its_callback_ran_does_not_stall_a_wait_for_a_token() -> None:
+    """A finished take still listed (its done callback not run yet) with no token left: awaiting it does not
+    yield to the loop, so a wait that took it for the take under way would spin forever, the loop blocked."""
+    store, clock = MemoryStore(), FakeClock()
+    s = shaper(store, clock, ROUTES={"*": {"HOST": "192.0.2.1", "RATE": "20/s"}})
+    policy = s.settings.shaping.relay_policy("192.0.2.1", 587, s.settings.routes["*"].limits)  # type: ignore[union-attr]
+
+    async def nothing() -> None:
+        return None
+
+    ended = asyncio.get_running_loop().create_task(nothing())
+    await ended
+    s._refills[policy.key] = ended
+
+    def stuck(signum: int, frame: Any) -> None:
+        raise TimeoutError("the loop spun on a finished take")
+
+    previous = signal.signal(signal.SIGALRM, stuck)
+    signal.setitimer(signal.ITIMER_REAL, 10)
+    try:
+        await asyncio.wait_for(s._token(policy), 5)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 async def test_a_421_suspends_for_every_worker_and_a_second_worker_adopts_it() -> None:
