@@ -21,7 +21,12 @@ from . import measure_delivery, procs
 from .context import BENCH, LOGS, OURS, PEERS_PY, PO_PG, PO_SQLITE, Config, Context
 from .servers import Servers
 
-MODES = {"plain": "deliver.1", "rsa": "deliver.1.dkim-rsa", "ed25519": "deliver.1.dkim-ed25519"}
+MODES = {
+    "plain": "deliver.1",
+    "rsa": "deliver.1.dkim-rsa",
+    "ed25519": "deliver.1.dkim-ed25519",
+    "shaped": measure_delivery.SHAPED,
+}
 PROFILES = BENCH / ".work" / "profiles"
 #: `python -m django ...` under cProfile timed by the process's CPU clock (not wall time: the machine is loaded)
 _PROFILED = (
@@ -60,10 +65,23 @@ def wait_quiet() -> None:
         time.sleep(10)
 
 
+def transactions(ctx: Context, name: str) -> int:
+    """The PostgreSQL database's transactions so far (committed and rolled back): each is a round trip at least."""
+    import psycopg
+
+    with psycopg.connect(f"postgresql://postgres@127.0.0.1:{ctx.servers.postgres.port}/postgres") as conn:
+        conn.execute("SELECT pg_stat_clear_snapshot()")
+        row = conn.execute(
+            "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = %s", [name]
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
 def run_one(
     ctx: Context, cfg: Config, mode: str, n: int, profile: Path | None, spy: Path | None = None
 ) -> tuple[float, float]:
-    """(CPU ms a message, messages a second) of one run; n = 0: the empty run's CPU seconds and wall."""
+    """(CPU ms a message, messages a second) of one run; n = 0: the empty run's CPU seconds and wall. On
+    PostgreSQL, the worker's transactions a message are printed too."""
     measure = MODES.get(mode, "deliver.1")
     wait_quiet()
     with ctx.fresh(cfg, "filled" if n else "migrated", count=n, size=ctx.args.size) as db:
@@ -78,8 +96,14 @@ def run_one(
         if spy is not None:
             exe = str(PEERS_PY.parent / "py-spy")
             cmd = [exe, "record", "--rate", "250", "--nonblocking", "--format", "raw", "--output", str(spy), "--", *cmd]
-        env = ctx.env(cfg, db, **measure_delivery.dkim_env(ctx, measure))
+        shaped = {"BENCH_SHAPED": "1"} if measure == measure_delivery.SHAPED else {}
+        env = ctx.env(cfg, db, **measure_delivery.dkim_env(ctx, measure), **shaped)
+        postgres = cfg.store == "orm" and db.kind == "postgres"
+        before_xacts = transactions(ctx, db.name) if postgres else 0
         group = procs.measure([cmd], env=env, logdir=LOGS, name=f"cpu-{cfg.key}-{mode}")
+        if postgres and n:
+            time.sleep(0.6)  # the backend's statistics are sent at its exit, within PGSTAT_MIN_INTERVAL
+            print(f"    {cfg.key} {mode}: {(transactions(ctx, db.name) - before_xacts) / n:.4f} transactions a message")
         group.results[0].check(f"{cfg.key} {mode}")
         if os.environ.get("CPU_DELIVERY_GC"):
             log = LOGS / f"cpu-{cfg.key}-{mode}.0.log"
