@@ -62,7 +62,7 @@ def plans(ctx: Context) -> list[tuple[str, Config, int]]:
             out.append((SHAPED, cfg, 1))
         if cfg in OURS:
             out += [(measure, cfg, 1) for measure in DKIM_MEASURES]
-    out += [("deliver.1", cfg, 1) for cfg in ctx.available([OURS_REDIS_CLUSTER])]  # the whole queue on one slot
+    out += [("deliver.1", cfg, 1) for cfg in ctx.available([OURS_REDIS_CLUSTER])]  # 3 partitions
     for cfg in ctx.available(OURS):
         out.append(("deliver.2", cfg, 2))
         out.append(("deliver.4", cfg, 4))

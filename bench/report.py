@@ -283,7 +283,7 @@ def render(data: dict[str, Any]) -> str:
     on_cluster = r.median("deliver.1", "ours-redis-cluster")
     if on_cluster is not None:
         w(
-            f"| 1 | Redis Cluster (3 primaries; the queue on one slot) | {r.cell('deliver.1', 'ours-redis-cluster')} "
+            f"| 1 | Redis Cluster (3 primaries, 3 partitions) | {r.cell('deliver.1', 'ours-redis-cluster')} "
             f"| — | — | ÷ ours on one Redis: {ratio(on_cluster, r.median('deliver.1', 'ours-redis'))} | — |"
         )
     for store, name in STORES:

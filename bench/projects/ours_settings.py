@@ -17,6 +17,8 @@ if os.environ.get("BENCH_STORE", "orm") in ("redis", "redis-cluster"):
     }
     if os.environ["BENCH_STORE"] == "redis-cluster":
         STORE["OPTIONS"]["cluster"] = True  # type: ignore[index]
+        # the queue in partitions, one a primary (docs/redis.md, "Partitions"); 1: in one slot
+        STORE["OPTIONS"]["partitions"] = int(os.environ.get("BENCH_REDIS_PARTITIONS", "3"))  # type: ignore[index]
 else:
     STORE = {"BACKEND": "django_mailqueue.stores.orm.OrmStore", "OPTIONS": {}}
 
