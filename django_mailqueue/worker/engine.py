@@ -129,6 +129,9 @@ class Worker(ShapingSteps, RecordingSteps):
         self._held: dict[uuid.UUID, Attempt] = {}
         self._waiting: deque[Attempt] = deque()
         self._running: set[asyncio.Task[None]] = set()
+        #: tasks of `_running` ended so far: with `once`, a claim that found nothing shows no due mail left only when
+        #: none ended after it was asked for (an outcome's DSNs are due from its record, maybe after the claim's now)
+        self._ended = 0
         #: set when a slot frees or an attempt ends: the loop may start or claim more
         self._changed = asyncio.Event()
         #: items waiting for a destination at its limit (traffic shaping): they hold no slot
@@ -207,13 +210,17 @@ class Worker(ShapingSteps, RecordingSteps):
             free = min(self._blocked, self._flow.prefetch)
             room = self._flow.room(len(self._held) - free)
             claimed: list[QueueItem] = []
-            if self._flow.claim_now(room, len(self._waiting) - self._blocked):
+            asked = self._flow.claim_now(room, len(self._waiting) - self._blocked)
+            ended = self._ended
+            if asked:
                 claimed = await self._claim(room)
                 self._start_waiting()
             if claimed:
                 continue
-            if self.once and not self._held and not self._running:
-                return  # an attempt still telling or queueing a DSN may add due mail
+            # Done when nothing is held or under way, and the empty claim was asked for after the last attempt
+            # ended: one asked for before may have reached the store after its DSNs, due later than its now.
+            if self.once and asked and not self._held and not self._running and ended == self._ended:
+                return
             await self._idle(room > 0)
 
     async def _claim(self, room: int) -> list[QueueItem]:
@@ -258,6 +265,7 @@ class Worker(ShapingSteps, RecordingSteps):
 
     def _attempt_ended(self, task: asyncio.Task[None]) -> None:
         self._running.discard(task)
+        self._ended += 1
         self._changed.set()
 
     def _end_delivery(self, attempt: Attempt) -> None:

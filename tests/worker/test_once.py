@@ -22,8 +22,9 @@ from django_mailqueue.stores.memory import MemoryStore
 from django_mailqueue.testing.fakes import ScriptedDeliverer
 from django_mailqueue.worker import Worker
 from django_mailqueue.worker.engine import ONCE_TRIES
+from django_mailqueue.worker.factory import build_worker
 from tests.support.databases import DATABASES
-from tests.worker.conftest import MailWorld, SignalRecorder
+from tests.worker.conftest import MailWorld, SignalRecorder, only_kept_failed
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=DATABASES)
 
@@ -116,6 +117,53 @@ def test_a_message_read_failing_for_a_moment_is_read_again_and_delivered(
         summary = work_once()
         assert get_store().count() == 0
     assert read.calls == 3 and "1 delivered" in summary and len(mail_world.mx.messages) == 1
+
+
+class ClaimsAfterAttempts:
+    """A worker's claims as a slow store may answer them (on SQLite, another write held the lock meanwhile): a
+    claim asked for while attempts are under way reaches the store only once they have all ended — their outcomes
+    and DSNs recorded — with the `now` it was asked with. Counts the claims it held back."""
+
+    def __init__(self, worker: Worker, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.worker = worker
+        self.claim = worker.store.aclaim
+        self.ended = asyncio.Event()
+        self.held_back = 0
+        attempt_ended = worker._attempt_ended
+
+        def ended(task: asyncio.Task[None]) -> None:
+            attempt_ended(task)
+            self.ended.set()
+
+        monkeypatch.setattr(worker, "_attempt_ended", ended)
+        monkeypatch.setattr(worker.store, "aclaim", self)
+
+    async def __call__(self, **kwargs: Any) -> list[QueueItem]:
+        if self.worker._running:
+            self.held_back += 1
+        while self.worker._running:
+            self.ended.clear()
+            await self.ended.wait()
+        result: list[QueueItem] = await self.claim(**kwargs)
+        return result
+
+
+def test_a_dsn_queued_while_a_claim_was_under_way_is_delivered_by_the_same_run(
+    mail_world: MailWorld, store_config: dict[str, Any], received: SignalRecorder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The claim asked for right after the first item started reaches the store after that item's failure DSN was
+    queued, due from the record — later than the claim's `now`: it finds nothing, and nothing is under way any
+    more. The run claims again (the DSN goes) rather than end with the DSN due."""
+    with override_settings(MAILQUEUE=mail_world.mailqueue(store_config)):
+        send_mail("Doomed", "Body.\n", "sender@origin.test", ["rejected@dest.test"])
+        worker = build_worker(once=True)
+        claims = ClaimsAfterAttempts(worker, monkeypatch)
+        stats = asyncio.run(worker.run())
+        assert only_kept_failed(get_store()), [(i.sender, i.attempts) for i in get_store().list()]
+    assert claims.held_back >= 1 and stats.dsns == 1 and stats.claimed == 2 and stats.unreached is None
+    (report,) = mail_world.mx.messages
+    assert report.rcpt_tos == ["sender@origin.test"]
+    assert received.names() == ["failed", "dsn", "delivered"]
 
 
 class DownFromTheRecord(MemoryStore):
