@@ -9,7 +9,10 @@ it gave (`throttled`). Modes, changeable while it runs:
 
 - `rate`: the most messages it accepts in any sliding second; past that, a
   `MAIL FROM` is answered `454 4.7.0 Throttling failure: Maximum sending
-  rate exceeded` (Amazon SES's words);
+  rate exceeded` (Amazon SES's words); with `rate_grace`, only the messages
+  accepted from that many seconds after the first one count (issue 20's
+  line 1 bounds the windows after the first second, whose sessions are
+  still being opened);
 - `throttle`: a reply line given as the greeting of every connection, which
   is then closed (`b"421 4.7.0 Try again later, closing connection."`);
 - `blackhole`: connections are accepted and never greeted;
@@ -50,6 +53,8 @@ class CountingSmtpServer(LoopThreadServer):
     host: str = "127.0.0.1"
     port: int = 0
     rate: int | None = None
+    #: seconds after the first accepted message whose messages the rate does not count
+    rate_grace: float = 0.0
     throttle: bytes | None = None
     blackhole: bool = False
     #: seconds before the reply to the end of each message
@@ -84,7 +89,12 @@ class CountingSmtpServer(LoopThreadServer):
     def _rate_allows(self, now: float) -> bool:
         while self._recent and now - self._recent[0] >= 1.0:
             self._recent.popleft()
-        return self.rate is None or len(self._recent) < self.rate
+        if self.rate is None:
+            return True
+        if self.rate_grace and self.accepted:
+            counted_from = self.accepted[0].at + self.rate_grace
+            return sum(1 for at in self._recent if at >= counted_from) < self.rate
+        return len(self._recent) < self.rate
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         connection = Connection(opened=time.monotonic())
