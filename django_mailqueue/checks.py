@@ -84,6 +84,18 @@ def check_redis_maxmemory_policy(app_configs: Any = None, databases: Any = None,
     return maxmemory_policy_warnings()
 
 
+@register(Tags.database)
+def check_redis_stranded_partitions(
+    app_configs: Any = None, databases: Any = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """mailqueue.E030: a Cluster queue with items in partitions its `partitions` does not reach (database checks)."""
+    if not databases:
+        return []
+    from .stores.redis_checks import stranded_errors
+
+    return stranded_errors()
+
+
 @register(Tags.security)
 def check_url_password_in_error_reports(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """mailqueue.W002: a Redis store `url` with a password, which Django's error reports would print."""

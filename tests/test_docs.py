@@ -100,6 +100,7 @@ def test_troubleshooting_explains_every_error_code_and_check_id() -> None:
     expected = {k.check_id for k in KEYS} | {
         "mailqueue.E001",
         "mailqueue.E003",
+        "mailqueue.E030",
         "mailqueue.W001",
         "mailqueue.W002",
         "mailqueue.W003",

@@ -1,7 +1,10 @@
-"""The Redis store's system check: `mailqueue.W001` when its server may evict queue keys."""
+"""The Redis store's system checks: `mailqueue.W001` when its server may evict queue keys, `mailqueue.E030` when
+items are left in partitions a Cluster queue's `partitions` no longer reaches."""
 
 from __future__ import annotations
 
+import builtins
+import functools
 from typing import TYPE_CHECKING
 
 from django.core import checks
@@ -9,6 +12,8 @@ from django.core.checks import CheckMessage
 
 from ..core.errors import QueueError
 from . import configured_store_class
+from .redis_connection import MOST_PARTITIONS
+from .redis_layout import Keys, layout_prefix
 
 if TYPE_CHECKING:
     from .redis import RedisStore
@@ -62,6 +67,70 @@ def maxmemory_policy_warnings() -> list[CheckMessage]:
             )
         ]
     return []
+
+
+@functools.lru_cache(maxsize=8)
+def _every_layout(key_prefix: str) -> tuple[tuple[str, int, int], ...]:
+    """(key prefix, partition, count) of every partition but 0 of every `partitions` count (slow: ~1,400 tags)."""
+    return tuple(
+        (layout_prefix(key_prefix, cluster=True, partition=partition, partitions=count), partition, count)
+        for count in range(2, MOST_PARTITIONS + 1)
+        for partition in range(1, count)
+    )
+
+
+def other_layouts(key_prefix: str, partitions: int) -> dict[str, tuple[int, int]]:
+    """The items key of every partition that another `partitions` count has and this one does not reach, with the
+    first (partition, count) that has it: a partition's hash tag depends on the count (docs/redis.md)."""
+    reached = {layout_prefix(key_prefix, cluster=True, partition=p, partitions=partitions) for p in range(partitions)}
+    found: dict[str, tuple[int, int]] = {}
+    for prefix, partition, count in _every_layout(key_prefix):
+        if prefix not in reached:
+            found.setdefault(Keys(prefix).items, (partition, count))
+    return found
+
+
+def stranded_partitions(store: RedisStore) -> dict[tuple[int, int], int]:
+    """The items held by partitions the store does not reach, by (partition, the count that has it); nothing
+    off a Cluster. One pipeline of `ZCARD`s a primary."""
+    if not store.cluster:
+        return {}
+    partitions = len(getattr(store, "parts", [store]))
+    layouts = other_layouts(store.key_prefix, partitions)
+    counts = store._clients.cluster_counts(builtins.list(layouts))
+    return {where: n for where, n in zip(layouts.values(), counts, strict=True) if n}
+
+
+def stranded_errors() -> list[CheckMessage]:
+    """E030 for the configured store when it is a Cluster queue with items in partitions it does not reach."""
+    found = configured_store_class(_redis_store)
+    if found is None:
+        return []
+    settings, cls = found
+    if not settings.store.options.get("cluster"):
+        return []
+    try:
+        store = cls(settings.store.options, max_items=settings.max_items)
+    except QueueError:
+        return []
+    try:
+        stranded = stranded_partitions(store)
+    except QueueError:
+        return []  # Redis out of reach: W001 says so
+    finally:
+        store.close()
+    if not stranded:
+        return []
+    held = ", ".join(f"partition {p} of {n}: {count} items" for (p, n), count in sorted(stranded.items()))
+    return [
+        checks.Error(
+            f"the Redis store's queue holds items in partitions that 'partitions' "
+            f"{len(getattr(store, 'parts', [store]))} does not reach ({held}): they would never be delivered",
+            hint="Set 'partitions' back to the count named, run the workers until `manage.py mailqueue_status` "
+            'shows the queue empty, then change it; see docs/redis.md, "Partitions".',
+            id="mailqueue.E030",
+        )
+    ]
 
 
 def _redis_store() -> type[RedisStore]:

@@ -273,6 +273,21 @@ class RedisClients:
             raise conn.translate(exc, self._mask, self.place) from None
         return _policy(reply)
 
+    def cluster_counts(self, keys: list[str]) -> list[int]:
+        """`ZCARD` of each key, wherever its slot is (one pipeline a primary); on a Cluster only.
+
+        Raises `STORE_UNAVAILABLE` when Redis cannot be reached.
+        """
+        if self._finder is None:
+            raise QueueError(Code.INVALID, "keys of other slots are counted on a Redis Cluster only")
+        try:
+            pipe = self._finder.finder().pipeline(transaction=False)
+            for key in keys:
+                pipe.zcard(key)
+            return [int(count) for count in pipe.execute()]
+        except DRIVER_ERRORS as exc:
+            raise conn.translate(exc, self._mask, self.place) from None
+
     def _note_policy(self, reply: Any) -> None:
         policy = _policy(reply)
         if policy is not None and policy != "noeviction":

@@ -332,3 +332,44 @@ def test_status_counts_every_partition(cluster: ClusterSetup) -> None:
             assert data["by_queue"]["bulk"]["due"] == 6 and data["by_queue"]["default"]["due"] == 3, data
         finally:
             reset_store()
+
+
+def test_the_check_names_the_partitions_a_changed_count_strands(cluster: ClusterSetup) -> None:
+    """mailqueue.E030: a queue of three partitions set to two (or four) has items the store no longer reaches;
+    the check names each of those partitions and its items, and is quiet again once they are drained."""
+    from django.test import override_settings
+
+    from django_mailqueue.checks import check_redis_stranded_partitions
+    from django_mailqueue.stores.redis_checks import stranded_partitions
+    from django_mailqueue.stores.redis_layout import layout_prefix
+
+    prefix = _prefix("strand")
+    three = RedisStore(cluster.options(key_prefix=prefix, partitions=3))
+
+    def errors(partitions: int) -> list[str]:
+        options = cluster.options(key_prefix=prefix, partitions=partitions)
+        store = {"BACKEND": "django_mailqueue.stores.redis.RedisStore", "OPTIONS": options}
+        with override_settings(MAILQUEUE={"STORE": store, "HOSTNAME": "mq.test"}):
+            found = check_redis_stranded_partitions(databases=["default"])
+        assert all(error.id == "mailqueue.E030" for error in found)
+        return [error.msg for error in found]
+
+    try:
+        for _ in range(3):
+            three.add_many([new_item(), new_item()], now=T0)  # two items in each partition
+        assert stranded_partitions(three) == {} and errors(3) == []
+        (message,) = errors(2)
+        assert "'partitions' 2 does not reach" in message
+        assert "partition 1 of 3: 2 items" in message and "partition 2 of 3: 2 items" in message
+        # A partition's tag depends on the count: raising it strands those whose tag changed (the prefix's draw)
+        tags = {n: [layout_prefix(prefix, cluster=True, partition=p, partitions=n) for p in range(n)] for n in (3, 4)}
+        moved = [p for p in (1, 2) if tags[3][p] not in tags[4]]
+        named = " ".join(errors(4))
+        assert [f"partition {p} of 3: 2 items" in named for p in (1, 2)] == [p in moved for p in (1, 2)]
+        assert errors(1) != []
+        for item in three.claim(owner="w", now=T0, lease_expires=at(60), limit=10):
+            done = Completion(tuple(outcome(r.address, RecipientState.DELIVERED) for r in item.recipients), T0)
+            three.complete(item.id, owner="w", revision=item.revision, completion=done)
+        assert three.count() == 0 and errors(2) == [] and errors(1) == []
+    finally:
+        three.close()
