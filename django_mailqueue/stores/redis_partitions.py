@@ -242,18 +242,25 @@ class PartitionedRedisStore(RedisStore):
         return await part._acomplete(item_id, owner, revision, completion, bound)
 
     async def acomplete_many(self, requests: Sequence[CompleteRequest]) -> builtins.list[QueueItem | None | QueueError]:
-        """Each partition's requests in one `acomplete_many` of its part (two round trips each)."""
+        """Each partition's requests in one `acomplete_many` of its part (two round trips each), the partitions at
+        once: their primaries answer together, and the loop wakes once for them."""
         for request in requests:
             check_owner(request.owner)
             check_completion(request.completion)
         answers: builtins.list[QueueItem | None | QueueError] = [None for _ in requests]
         groups = await self._aby_part([request.item_id for request in requests])
-        for partition, indexes in groups.items():
+
+        async def complete(partition: int, indexes: builtins.list[int]) -> None:
             group = [requests[i] for i in indexes]
             dsns = any(request.completion.dsns for request in group)
             bound = await self._abound(partition) if dsns else self.max_items
             for index, answer in zip(indexes, await self.parts[partition]._acomplete_many(group, bound), strict=True):
                 answers[index] = answer
+
+        if len(groups) == 1:
+            await complete(*next(iter(groups.items())))
+        else:
+            await asyncio.gather(*(complete(partition, indexes) for partition, indexes in groups.items()))
         return answers
 
     def reschedule(self, item_id: uuid.UUID, *, at: datetime, owner: str | None = None) -> bool:
