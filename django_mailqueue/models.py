@@ -160,6 +160,10 @@ class Suspension(models.Model):
     reply_code = models.SmallIntegerField(null=True, blank=True)
     reply_status = models.CharField(max_length=16, blank=True)
     reply_text = models.TextField(blank=True)
+    #: the probe in force until then (µs; 0: none), and its holder (`QueueStore.take_probe`): a row with
+    #: no strike is a probe only, no suspension record
+    probe_until = models.BigIntegerField(default=0)
+    probe_holder = models.CharField(max_length=64, blank=True, default="")
 
     class Meta:
         db_table = "mailqueue_suspension"

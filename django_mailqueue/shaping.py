@@ -268,6 +268,12 @@ def is_dead(unreachable_in_a_row: int, policy: DestinationPolicy) -> bool:
     return unreachable_in_a_row >= max(1, min(policy.dead_after, cohort))
 
 
+def probe_seconds(connect: float, greeting: float) -> float:
+    """How long a destination's probe (slow start) holds when its holder ends it neither way (it died): the
+    connect, greeting and EHLO timeouts, the longest a session takes to be accepted or refused."""
+    return connect + 2 * greeting
+
+
 # --- parsing ------------------------------------------------------------------------
 
 
@@ -384,6 +390,7 @@ __all__ = [
     "ShapingEntry",
     "ThrottleRule",
     "is_dead",
+    "probe_seconds",
     "parse_limits",
     "parse_rate",
     "parse_shaping",

@@ -16,6 +16,8 @@ FORGET_AFTER = timedelta(days=1)
 TOKEN_SLACK = 1e-9
 #: The longest shaping key a store keeps: "relay:" + a host name (253) + ":" + a port, with room to spare.
 MAX_KEY = 300
+#: The longest holder of a destination's probe (`QueueStore.take_probe`) a store keeps.
+MAX_HOLDER = 64
 
 
 @dataclass(frozen=True, slots=True)

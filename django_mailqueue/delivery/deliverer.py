@@ -7,8 +7,10 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import functools
+import itertools
 import logging
 import ssl
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
 
 from ..conf import MxRoute, QueueSettings, RelayRoute, Route
@@ -19,7 +21,7 @@ from ..core.masking import SecretMask
 from ..core.observer import Observer
 from ..core.shaping import Suspension
 from ..dkim import DkimSigner
-from ..shaping import DestinationPolicy
+from ..shaping import DestinationPolicy, probe_seconds
 from . import replies
 from .addresses import EnvelopeAddress, parse_address, parse_sender
 from .attempt import AttemptResult, Destination, PreparedMessage, Progress
@@ -94,6 +96,9 @@ class Deliverer:
         # MTA-STS looks names up through MAILQUEUE["DNS"]: not behind the back of an injected resolver
         self._sts = mta_sts or (StsPolicies(settings.dns) if settings.mta_sts and resolver is None else None)
         self._sts_context: ssl.SSLContext | None = None
+        #: the tokens of this worker's attempts before their new connections (slow start's probe holders)
+        self._holders_prefix = f"{uuid.uuid4().hex[:16]}-"
+        self._holders = itertools.count(1)
 
     async def aclose(self) -> None:
         """Close the transport's cached connections (each gets its QUIT), and end the DKIM signing thread."""
@@ -289,15 +294,25 @@ class Deliverer:
         semaphore: asyncio.Semaphore,
     ) -> None:
         """One destination's sessions; a bug in them defers its recipients (never raises)."""
+        holder = f"{self._holders_prefix}{next(self._holders)}"
         try:
             async with semaphore:
-                await self._deliver_to_destination(dest, sender, message, deadline, progress)
+                await self._deliver_to_destination(dest, sender, message, deadline, progress, holder)
         except Exception as exc:
             logger.error("delivery bug delivering to %s: %s", dest.name, type(exc).__name__)
             progress.failed = True
+        finally:
+            if self.gate is not None:
+                self.gate.left(holder)
 
     async def _deliver_to_destination(
-        self, dest: Destination, sender: str, message: PreparedMessage, deadline: float, progress: Progress
+        self,
+        dest: Destination,
+        sender: str,
+        message: PreparedMessage,
+        deadline: float,
+        progress: Progress,
+        holder: str,
     ) -> None:
         loop = asyncio.get_running_loop()
         route = dest.route
@@ -357,14 +372,15 @@ class Deliverer:
         last: Reply | None = None
         last_host = ""
         seen: list[Reply] = []
-        before_connect = self._before_connect(shaped.key)
+        before_connect = self._before_connect(shaped.key, holder, route, deadline)
+        accepted = self._accepted(shaped.key, holder)
         for host, address in _addresses(hosts, self.settings.mx_address_limit):
             if loop.time() >= deadline:
                 break
             held = self.gate.suspended(shaped.key) if self.gate is not None else None
             if held is not None and not seen:  # suspended meanwhile, nothing tried: a wait, not an attempt
                 decide_all(suspended_reply(held), RecipientState.PENDING)
-                progress.report = DestinationReport(shaped, dest.name, suspended=held)
+                progress.report = DestinationReport(shaped, dest.name, suspended=held, holder=holder)
                 return
             if held is not None:  # another attempt was told to slow down meanwhile: no new session
                 last = suspended_reply(held)
@@ -384,6 +400,7 @@ class Deliverer:
                 connections=shaped.limits.connections,
                 messages_per_connection=shaped.limits.messages_per_connection,
                 before_connect=before_connect,
+                accepted=accepted,
             )
             began = loop.time()
             if sts is None:
@@ -398,7 +415,7 @@ class Deliverer:
                 held = self.gate.suspended(shaped.key) if self.gate is not None else None
                 if held is not None and not seen:  # nothing tried: a wait, not an attempt
                     decide_all(suspended_reply(held), RecipientState.PENDING)
-                    progress.report = DestinationReport(shaped, dest.name, suspended=held)
+                    progress.report = DestinationReport(shaped, dest.name, suspended=held, holder=holder)
                     return
                 last = report.next_host
                 break
@@ -417,12 +434,14 @@ class Deliverer:
             decided = [progress.outcomes[r] for r in recipients if r in progress.outcomes]
             seen.extend(o.reply for o in decided)
             delivered = any(o.state is RecipientState.DELIVERED for o in decided)
-            progress.report = DestinationReport(shaped, dest.name, tuple(seen), delivered=delivered)
+            progress.report = DestinationReport(shaped, dest.name, tuple(seen), delivered=delivered, holder=holder)
             return
         if last is None:
             last = replies.own_reply(replies.NO_ANSWER, f"attempt deadline passed before {dest.name} was tried")
         decide_all(last, replies.state_of(last) if last.status.startswith("5") else RecipientState.PENDING, last_host)
-        progress.report = DestinationReport(shaped, dest.name, tuple(seen), unreachable=unreachable(seen))
+        progress.report = DestinationReport(
+            shaped, dest.name, tuple(seen), unreachable=unreachable(seen), holder=holder
+        )
         logger.info("%s: no server took the mail: %s", dest.name, last)
 
     def _policy(self, dest: Destination, hosts: tuple[MailHost, ...]) -> DestinationPolicy:
@@ -442,20 +461,28 @@ class Deliverer:
             self.gate.learn(dest.recipients[0].domain, policy)
         return policy
 
-    def _before_connect(self, key: str) -> Callable[[], Awaitable[Reply | None]] | None:
-        """What the transport asks right before it opens a new connection to the destination `key`: the store's
-        word on its suspension (a read shared by the worker's callers), so no connection is opened to a
-        destination another worker suspended before that read — a connection, not a message: a cached
-        connection is used without it."""
+    def _before_connect(
+        self, key: str, holder: str, route: Route, deadline: float
+    ) -> Callable[[], Awaitable[Reply | None]] | None:
+        """What the transport asks right before it opens a new connection to the destination `key` (a connection,
+        not a message: a cached connection is used without it): the store's word on its suspension (a read
+        shared by the worker's callers), so no connection is opened to a destination another worker suspended
+        before that read; and, to a destination not found healthy yet, the store's probe (slow start)."""
         gate = self.gate
         if gate is None:
             return None
+        timeouts = self.settings.timeouts_for(route)
+        seconds = probe_seconds(timeouts.connect, timeouts.greeting)
 
         async def check() -> Reply | None:
-            held = await gate.current(key)
+            held = await gate.connect(key, holder, seconds=seconds, deadline=deadline)
             return None if held is None else suspended_reply(held)
 
         return check
+
+    def _accepted(self, key: str, holder: str) -> Callable[[], None] | None:
+        gate = self.gate
+        return None if gate is None else functools.partial(gate.accepted, key, holder)
 
     async def _enter(self, policy: DestinationPolicy, deadline: float) -> Suspension | None:
         """The destination's suspension, else None once its rate allows the message (within the deadline)."""

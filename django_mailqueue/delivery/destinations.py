@@ -27,6 +27,8 @@ class DestinationReport:
     unreachable: bool = False
     #: not tried: it is suspended (its recipients wait for the end)
     suspended: Suspension | None = None
+    #: the attempt's token before its new connections to it (slow start: the store's probe it may hold)
+    holder: str = ""
 
 
 def unreachable(skipped: Sequence[Reply]) -> bool:
@@ -64,6 +66,20 @@ class DestinationGate(Protocol):
     async def current(self, key: str) -> Suspension | None:
         """Right before a new connection to the destination: its suspension as the store has it now (a read
         begun after this call, which the worker's other callers share), else None."""
+        ...
+
+    async def connect(self, key: str, holder: str, *, seconds: float, deadline: float) -> Suspension | None:
+        """Right before `holder` opens a new connection to the destination: its suspension, else None once it may
+        connect — at once when it is healthy, else once `holder` holds its probe (slow start; `seconds`: how long
+        the probe holds if `holder` never ends it)."""
+        ...
+
+    def accepted(self, key: str, holder: str) -> None:
+        """A session `holder` opened to the destination was accepted: it is healthy, a probe of `holder`'s ends."""
+        ...
+
+    def left(self, holder: str) -> None:
+        """`holder`'s sessions are over, however they ended (the attempt's report follows to `observe`)."""
         ...
 
 

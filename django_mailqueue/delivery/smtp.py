@@ -211,6 +211,8 @@ async def _run(session: Session) -> Idle | None:
             await session.quit()  # still open after a 421 to MAIL FROM
             return None
     elif await session.start():
+        if session.target.accepted is not None:
+            session.target.accepted()
         await transactions(session)
     if (
         session.smtp is None

@@ -63,6 +63,9 @@ class Target:
     #: asked right before a new connection is opened (never for a cached one): a reply (the destination is
     #: suspended) means none is opened and the session reports it as `withheld`
     before_connect: Callable[[], Awaitable[Reply | None]] | None = field(default=None, compare=False, repr=False)
+    #: called once a new connection's session was accepted (greeting, EHLO, STARTTLS, AUTH): slow start's
+    #: word that the destination is healthy
+    accepted: Callable[[], None] | None = field(default=None, compare=False, repr=False)
 
     @property
     def label(self) -> str:

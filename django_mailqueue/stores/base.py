@@ -307,6 +307,21 @@ class QueueStore(abc.ABC):
         Its next suspension has 1 strike."""
 
     @abc.abstractmethod
+    def take_probe(
+        self, destination: str, *, holder: str, until: datetime, now: datetime
+    ) -> Suspension | datetime | None:
+        """Take `destination`'s probe for `holder` until `until` — the right to open the one connection to a
+        destination not yet found healthy (docs/shaping.md, "Slow start") — unless a suspension or another
+        holder's probe is in force at `now`. None when taken (or renewed: `holder` held it); else the
+        suspension in force, or the end of the probe in force. Atomic: of concurrent takers one gets it.
+        A `suspend` of the destination ends its probe in the same write."""
+
+    @abc.abstractmethod
+    def end_probe(self, destination: str, *, holder: str) -> bool:
+        """End `holder`'s probe of `destination` (its server greeted: everybody may connect); True when
+        `holder` held it — False when it had ended (expired, taken since by another, or a suspension)."""
+
+    @abc.abstractmethod
     def defer_destination(self, domains: Sequence[str], *, until: datetime, now: datetime) -> int:
         """Move every item not leased at `now`, whose pending recipients are all at `domains` and whose next
         attempt is before `until`, to `next_attempt = until`; how many moved.
@@ -535,6 +550,14 @@ class QueueStore(abc.ABC):
 
     async def aclear_suspension(self, destination: str) -> bool:
         return await self._in_thread(self.clear_suspension, destination)
+
+    async def atake_probe(
+        self, destination: str, *, holder: str, until: datetime, now: datetime
+    ) -> Suspension | datetime | None:
+        return await self._in_thread(self.take_probe, destination, holder=holder, until=until, now=now)
+
+    async def aend_probe(self, destination: str, *, holder: str) -> bool:
+        return await self._in_thread(self.end_probe, destination, holder=holder)
 
     async def adefer_destination(self, domains: Sequence[str], *, until: datetime, now: datetime) -> int:
         return await self._in_thread(self.defer_destination, domains, until=until, now=now)

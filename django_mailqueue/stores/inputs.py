@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from ..core.errors import Code, QueueError
 from ..core.items import Completion, ItemOrder, NewItem, RecipientOutcome, Reply, Suppression
-from ..core.shaping import MAX_KEY
+from ..core.shaping import MAX_HOLDER, MAX_KEY
 from ..core.text import refuse_controls, refuse_line_breaks, refuse_unkeepable
 
 if TYPE_CHECKING:
@@ -139,6 +139,16 @@ def check_suspend(destination: str, until: datetime, reply: Reply, now: datetime
     check_key(destination, "a destination")
     refuse_unkeepable(reply.text, "a reply's text")
     refuse_unkeepable(reply.status, "a reply's status")
+    check_aware(until, "until")
+    check_aware(now, "now")
+
+
+def check_probe(destination: str, holder: str, until: datetime, now: datetime) -> None:
+    """Refuse a `take_probe` call no store can answer (`INVALID`)."""
+    check_key(destination, "a destination")
+    check_key(holder, "a probe's holder")
+    if len(holder) > MAX_HOLDER:
+        raise QueueError(Code.INVALID, f"a probe's holder must be at most {MAX_HOLDER} characters")
     check_aware(until, "until")
     check_aware(now, "now")
 

@@ -37,6 +37,7 @@ from .inputs import (
     check_new_item,
     check_order,
     check_owner,
+    check_probe,
     check_suppressions,
     check_suspend,
     check_take,
@@ -62,6 +63,8 @@ class MemoryStore(QueueStore):
         #: token buckets: key -> (tokens, when last taken, in microseconds)
         self._buckets: dict[str, tuple[float, int]] = {}
         self._suspensions: dict[str, Suspension] = {}
+        #: probes: destination -> (until, holder)
+        self._probes: dict[str, tuple[datetime, str]] = {}
         self._suppressed: dict[str, Suppression] = {}
 
     # --- writing ------------------------------------------------------------------
@@ -223,6 +226,7 @@ class MemoryStore(QueueStore):
                 del self._suspensions[stale]
             kept = next_suspension(self._suspensions.get(destination), destination, until=until, reply=reply, now=now)
             self._suspensions[destination] = kept
+            self._probes.pop(destination, None)
             return kept
 
     def suspensions(self, *, now: datetime, destinations: Sequence[str] | None = None) -> builtins.list[Suspension]:
@@ -238,6 +242,32 @@ class MemoryStore(QueueStore):
         check_key(destination, "a destination")
         with self._lock:
             return self._suspensions.pop(destination, None) is not None
+
+    def take_probe(
+        self, destination: str, *, holder: str, until: datetime, now: datetime
+    ) -> Suspension | datetime | None:
+        check_probe(destination, holder, until, now)
+        with self._lock:
+            suspension = self._suspensions.get(destination)
+            if suspension is not None and suspension.until > now:
+                return suspension
+            probe = self._probes.get(destination)
+            if probe is not None and probe[0] > now and probe[1] != holder:
+                return probe[0]
+            if len(self._probes) >= 1024:  # probes that ended without `end_probe` (their holder died)
+                for stale in [d for d, (ends, _) in self._probes.items() if ends <= now]:
+                    del self._probes[stale]
+            self._probes[destination] = (until, holder)
+            return None
+
+    def end_probe(self, destination: str, *, holder: str) -> bool:
+        check_key(destination, "a destination")
+        with self._lock:
+            probe = self._probes.get(destination)
+            if probe is None or probe[1] != holder:
+                return False
+            del self._probes[destination]
+            return True
 
     def defer_destination(self, domains: Sequence[str], *, until: datetime, now: datetime) -> int:
         check_defer(domains, until, now)

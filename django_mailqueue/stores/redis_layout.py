@@ -123,6 +123,10 @@ class Keys:
     def suspension(self, destination: str) -> str:
         return f"{self.prefix}suspension:{destination}"
 
+    def probe(self, destination: str) -> str:
+        """A destination's probe (`take_probe`): a hash, until and holder."""
+        return f"{self.prefix}probe:{destination}"
+
     def replay(self, lifetime_ms: int, token: str) -> str:
         """A call's marker (see lua/replay.lua): its name gives how long it lives."""
         return f"{self.prefix}replay:{lifetime_ms}:{token}"

@@ -186,6 +186,8 @@ TAKE_TOKENS = LuaScript("take_tokens")
 SUSPEND = LuaScript("suspend")
 SUSPENSIONS = LuaScript("suspensions")
 CLEAR_SUSPENSION = LuaScript("clear_suspension")
+TAKE_PROBE = LuaScript("take_probe", wrote=lambda reply: int(reply[0]) == 0)
+END_PROBE = LuaScript("end_probe", wrote=lambda reply: int(reply) > 0)
 DEFER_DESTINATION = LuaScript("defer_destination", uses=["store_items"])
 SUPPRESSION = LuaScript("suppression", uses=["store_suppressions"], wrote=lambda reply: int(reply) > 0)
 SELECT = LuaScript("select")
@@ -207,6 +209,8 @@ ALL = (
     SUSPEND,
     SUSPENSIONS,
     CLEAR_SUSPENSION,
+    TAKE_PROBE,
+    END_PROBE,
     DEFER_DESTINATION,
     SUPPRESSION,
     SELECT,

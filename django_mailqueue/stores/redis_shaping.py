@@ -14,7 +14,7 @@ from ..core.items import Reply
 from ..core.shaping import FORGET_AFTER, Suspension
 from . import redis_scripts as scripts
 from .base import QueueStore
-from .inputs import check_aware, check_defer, check_key, check_suspend, check_take
+from .inputs import check_aware, check_defer, check_key, check_probe, check_suspend, check_take
 from .redis_clients import AsyncClient, SyncClient
 from .redis_layout import Keys, fields, text
 
@@ -89,13 +89,37 @@ class RedisShaping(QueueStore):
             ends, since, strikes = (int(text(part)) for part in raw)
             return Suspension(destination, from_micros(ends), reply, from_micros(since), strikes)
 
-        return _Call(scripts.SUSPEND, [self.keys.suspended], args, read)
+        return _Call(scripts.SUSPEND, [self.keys.suspended, self.keys.probe(destination)], args, read)
 
     def _suspensions(self, now: datetime, destinations: Sequence[str] | None) -> _Call[builtins.list[Suspension]]:
         check_aware(now, "now")
         wanted = [] if destinations is None else list(dict.fromkeys(destinations))
         args = [self.keys.prefix, str(to_micros(now)), "0" if destinations is None else "1", *wanted]
         return _Call(scripts.SUSPENSIONS, [self.keys.suspended], args, _read_suspensions, waits=False)
+
+    def _take_probe(
+        self, destination: str, holder: str, until: datetime, now: datetime
+    ) -> _Call[Suspension | datetime | None]:
+        check_probe(destination, holder, until, now)
+        keys = [self.keys.suspension(destination), self.keys.probe(destination)]
+        args = [str(to_micros(now)), str(to_micros(until)), holder]
+
+        def read(raw: Any) -> Suspension | datetime | None:
+            kind = int(raw[0])
+            if kind == 0:
+                return None
+            if kind == 2:
+                return from_micros(int(text(raw[1])))
+            ends, since, strikes, code, status, said = (text(part) for part in raw[1:7])
+            reply = Reply(int(code) if code else None, status, said)
+            return Suspension(destination, from_micros(int(ends)), reply, from_micros(int(since)), int(strikes))
+
+        return _Call(scripts.TAKE_PROBE, keys, args, read, waits=False)
+
+    def _end_probe(self, destination: str, holder: str) -> _Call[bool]:
+        check_key(destination, "a destination")
+        check_key(holder, "a probe's holder")
+        return _Call(scripts.END_PROBE, [self.keys.probe(destination)], [holder], lambda raw: int(raw) > 0, waits=False)
 
     def _clear(self, destination: str) -> _Call[bool]:
         check_key(destination, "a destination")
@@ -147,6 +171,22 @@ class RedisShaping(QueueStore):
 
     async def aclear_suspension(self, destination: str) -> bool:
         return await self._arun(self._clear(destination))
+
+    def take_probe(
+        self, destination: str, *, holder: str, until: datetime, now: datetime
+    ) -> Suspension | datetime | None:
+        return self._run(self._take_probe(destination, holder, until, now))
+
+    async def atake_probe(
+        self, destination: str, *, holder: str, until: datetime, now: datetime
+    ) -> Suspension | datetime | None:
+        return await self._arun(self._take_probe(destination, holder, until, now))
+
+    def end_probe(self, destination: str, *, holder: str) -> bool:
+        return self._run(self._end_probe(destination, holder))
+
+    async def aend_probe(self, destination: str, *, holder: str) -> bool:
+        return await self._arun(self._end_probe(destination, holder))
 
     def defer_destination(self, domains: Sequence[str], *, until: datetime, now: datetime) -> int:
         check_defer(domains, until, now)

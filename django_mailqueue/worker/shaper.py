@@ -25,6 +25,7 @@ from ..core.shaping import Suspension
 from ..delivery.destinations import DestinationReport
 from ..shaping import DestinationPolicy, is_dead, suspends, suspension_seconds
 from ..stores.base import QueueStore
+from .probing import Probes, Step, recheck_after
 
 logger = logging.getLogger("django_mailqueue")
 
@@ -134,6 +135,10 @@ class Shaper:
         #: strikes of the destinations known to have a record (a success clears it)
         self._strikes: dict[str, int] = {}
         self._unreachable: Counter[str] = Counter()
+        #: slow start: healthy destinations, the probes this worker leads, and the store's probes it holds
+        self.probes = Probes()
+        self._taken: dict[str, str] = {}
+        self._ending: set[asyncio.Task[None]] = set()
 
     # --- which destination --------------------------------------------------------------
 
@@ -185,14 +190,17 @@ class Shaper:
                 free.append(policy)
         if not free:
             return Ticket() if unknown else Hold(min(held, key=lambda s: s.until))
+        loop_now = asyncio.get_running_loop().time()
         for policy in free:
             limits = policy.limits
+            if self.probes.cold(policy.key, loop_now):  # its probe is under way: wait for it, holding no slot
+                return Wait(policy)
             if limits.connections is not None and self._busy[policy.key] >= limits.connections:
                 return Wait(policy)
             if limits.rate is not None and self._stock[policy.key] < 1:
                 self._refill(policy)
                 return Wait(policy)
-        began = asyncio.get_running_loop().time()
+        began = loop_now
         for policy in free:
             self._busy[policy.key] += 1
             self._began.setdefault(policy.key, []).append(began)
@@ -303,6 +311,91 @@ class Shaper:
             await self._token(policy)
         return None
 
+    # --- slow start (probing.py) ---------------------------------------------------------------
+
+    async def connect(self, key: str, holder: str, *, seconds: float, deadline: float) -> Suspension | None:
+        """Right before `holder` (an attempt, for one destination) opens a new connection to `key`: its suspension,
+        else None once it may connect — at once to a healthy destination (after `current`'s read); to a cold one
+        when it holds the store's probe (taken for `seconds`), after this worker's probe of it if another attempt
+        leads one, after another worker's if one holds the store's. Past `deadline`: None (the session finds the
+        deadline passed). When the store cannot be asked: the view."""
+        loop = asyncio.get_running_loop()
+        asked = 0
+        while True:
+            step = self.probes.step(key, holder, loop.time())
+            if step is Step.GO:
+                return await self.current(key)
+            if step is Step.WAIT:
+                done = self.probes.waiting_on(key)
+                if done is not None:
+                    try:
+                        async with asyncio.timeout_at(deadline):
+                            await done.wait()
+                    except TimeoutError:
+                        return None
+                continue
+            held = self.suspended(key)
+            if held is not None:
+                self._end_lead(key, holder)
+                return held
+            lead = self.probes.lead(key, holder)
+            now = self.clock.now()
+            try:
+                found = await self.store.atake_probe(
+                    key, holder=holder, until=now + timedelta(seconds=seconds), now=now
+                )
+            except QueueError as exc:
+                logger.warning("the probe of %s could not be taken from the store: %s", key, exc)
+                self._end_lead(key, holder)
+                return self.suspended(key)
+            if found is None:
+                lead.taken = True
+                self._taken[holder] = key
+                return None
+            if isinstance(found, Suspension):
+                self._adopt(found)
+                self._end_lead(key, holder)
+                return found
+            asked += 1  # another worker's probe: ask again soon, or at its end
+            delay = min(recheck_after(asked), max(0.0, (found - now).total_seconds()) + 0.001)
+            if loop.time() + delay >= deadline:
+                self._end_lead(key, holder)
+                return None
+            await asyncio.sleep(delay)
+
+    def accepted(self, key: str, holder: str) -> None:
+        """A session `holder` opened to `key` was accepted (greeting, EHLO, TLS, AUTH): the destination is healthy;
+        a probe `holder` held ends (in the store in the background): everybody goes."""
+        self.probes.accepted(key, holder, asyncio.get_running_loop().time())
+        self.wake()
+        if self._taken.pop(holder, None) is not None:
+            task = asyncio.get_running_loop().create_task(self._end_probe(key, holder), name=f"mailqueue-probe-{key}")
+            self._ending.add(task)
+            task.add_done_callback(self._ending.discard)
+
+    def left(self, holder: str) -> None:
+        """`holder`'s sessions are over, however they ended: this worker's waiters for its probe go on (to the
+        store's probe, which it keeps until `observe` ends it or records the suspension)."""
+        for key in self.probes.leads(holder):
+            self._end_lead(key, holder)
+
+    def _end_lead(self, key: str, holder: str) -> None:
+        self.probes.end(key, holder)
+        self.wake()
+
+    async def _end_probe(self, key: str, holder: str) -> None:
+        try:
+            await self.store.aend_probe(key, holder=holder)
+        except QueueError as exc:
+            logger.warning("the probe of %s could not be ended in the store: %s", key, exc)
+
+    def _adopt(self, suspension: Suspension) -> None:
+        """A suspension the store answered with: into the view, with its strikes."""
+        key = suspension.destination
+        self._view[key] = suspension
+        self._strikes[key] = max(suspension.strikes, self._strikes.get(key, 0))
+        self.probes.suspended(key)
+
     # --- the view of suspensions -----------------------------------------------------------------
 
     @property
@@ -364,6 +457,7 @@ class Shaper:
             self._strikes[suspension.destination] = max(
                 suspension.strikes, self._strikes.get(suspension.destination, 0)
             )
+            self.probes.suspended(suspension.destination)
         self._view_at = asyncio.get_running_loop().time()
         if ended:  # resumed by an operator: its items may go
             self.wake()
@@ -376,7 +470,10 @@ class Shaper:
         its strikes after a success. The suspensions this call recorded, to tell."""
         made: list[Suspension] = []
         for report in reports:
+            probed = self._taken.pop(report.holder, None) if report.holder else None
             if report.suspended is not None:
+                if probed is not None:
+                    await self._end_probe(probed, report.holder)
                 continue
             policy, key = report.policy, report.policy.key
             throttle = next(((r, s) for r in report.replies if (s := suspends(r, policy)) is not None), None)
@@ -386,7 +483,8 @@ class Shaper:
                 suspension = await self._suspend(policy, throttle[0], throttle[1])
             elif report.unreachable:
                 self._unreachable[key] += 1
-                if is_dead(self._unreachable[key], policy):
+                # a probe that reached no server is a whole cohort (slow start's cohort is one connection)
+                if probed is not None or is_dead(self._unreachable[key], policy):
                     self._unreachable[key] = 0
                     suspension = await self._suspend(policy, report.replies[-1], policy.suspend)
             else:
@@ -394,7 +492,11 @@ class Shaper:
                 if report.delivered:
                     await self._succeeded(key)
             if suspension is not None:
-                made.append(suspension)
+                made.append(suspension)  # its write ended the probe
+            elif probed is not None:  # no suspension of ours: the store's probe ends with the attempt
+                await self._end_probe(probed, report.holder)
+        if len(self._taken) >= 10_000:  # holders whose attempt never reported (cancelled): their probes expire
+            self._taken.clear()
         return made
 
     async def _suspend(self, policy: DestinationPolicy, reply: Reply, first: float) -> Suspension | None:
@@ -406,6 +508,7 @@ class Shaper:
         until = now + timedelta(seconds=suspension_seconds(first, strikes, policy.suspend_max))
         suspension = Suspension(key, until, reply, since=now, strikes=strikes)
         self._view[key] = suspension  # at once: no new session to it from this worker
+        self.probes.suspended(key)
         self._applied = self._number()  # a read begun before this moment would not know it: none replaces it
         self._writing.add(key)
         try:
@@ -446,6 +549,9 @@ class Shaper:
         for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()
+        self.probes.close()
+        if self._ending:  # probes ended after a session was accepted: let them reach the store
+            await asyncio.gather(*self._ending, return_exceptions=True)
         tasks = [*self._refills.values(), *([self._refreshing] if self._refreshing is not None else [])]
         for task in tasks:
             task.cancel()

@@ -218,6 +218,14 @@ class AsyncTwins(QueueStore):
     def defer_destination(self, domains: Sequence[str], *, until: datetime, now: datetime) -> int:
         return self.loop.call(self.inner.adefer_destination(domains, until=until, now=now))
 
+    def take_probe(
+        self, destination: str, *, holder: str, until: datetime, now: datetime
+    ) -> Suspension | datetime | None:
+        return self.loop.call(self.inner.atake_probe(destination, holder=holder, until=until, now=now))
+
+    def end_probe(self, destination: str, *, holder: str) -> bool:
+        return self.loop.call(self.inner.aend_probe(destination, holder=holder))
+
     def suppressed(self, addresses: Sequence[str], *, since: datetime) -> dict[str, Suppression]:
         return self.loop.call(self.inner.asuppressed(addresses, since=since))
 

@@ -29,6 +29,8 @@ DECLARING = (
     scripts.CANCEL,
     scripts.TAKE_TOKENS,
     scripts.CLEAR_SUSPENSION,
+    scripts.TAKE_PROBE,
+    scripts.END_PROBE,
     scripts.SUPPRESSION,
 )
 #: Not yet: they name keys they find in the data (a claim's candidates, the items of an index, suspension

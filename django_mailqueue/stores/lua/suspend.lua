@@ -1,6 +1,7 @@
 -- suspend.lua: record that no worker connects to a destination before a time.
 --
 -- KEYS[1]  <prefix>suspended    sorted set, destinations by until (µs)
+-- KEYS[2]  <prefix>probe:<destination>   its probe (take_probe.lua): ended by this write
 -- ARGV[1]  the prefix (each destination's hash: <prefix>suspension:<destination>)
 -- ARGV[2]  destination
 -- ARGV[3]  until (µs)
@@ -35,4 +36,5 @@ end
 redis.call('HSET', key, 'until', ends, 'since', since, 'strikes', strikes,
   'code', ARGV[6], 'status', ARGV[7], 'text', ARGV[8])
 redis.call('ZADD', KEYS[1], ends, destination)
+redis.call('DEL', KEYS[2])
 return {ends, since, strikes}

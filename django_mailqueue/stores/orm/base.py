@@ -102,6 +102,10 @@ class Dialect(abc.ABC):
         """`QueueStore.take_tokens`, atomic by itself (outside a transaction of the store's)."""
 
     @abc.abstractmethod
+    def take_probe(self, destination: str, holder: str, until_us: int, now_us: int) -> bool:
+        """`QueueStore.take_probe`'s write, atomic by itself: True when the probe was taken."""
+
+    @abc.abstractmethod
     def read_messages(self, item_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, bytes]:
         """The messages of the items that have one."""
 
@@ -188,6 +192,12 @@ class HandWritten:
                 statement(self.name, "take_tokens"), [name, rate, burst, float(burst), min(want, burst), now_us]
             )
             return int(cursor.fetchone()[0])
+
+    def take_probe(self, destination: str, holder: str, until_us: int, now_us: int) -> bool:
+        """One `INSERT … ON CONFLICT DO UPDATE … WHERE … RETURNING`: a row back when the probe was taken."""
+        with self.cursor() as cursor:
+            cursor.execute(statement(self.name, "take_probe"), [destination, now_us, until_us, holder])
+            return cursor.fetchone() is not None
 
     def queue_names(self, limit: int) -> list[str]:
         """A loose scan of the queue index: a `min()` per name, not a read of every item."""

@@ -17,6 +17,7 @@ from ...core.clock import to_micros
 from ...core.items import NewItem, QueueItem, address_domain, as_added
 from ...core.shaping import refill, whole_tokens
 from ...models import QueuedItem, QueuedMessage, QueuedRecipient, RateBucket
+from ...models import Suspension as SuspensionRow
 from .base import Dialect
 from .rows import (
     ITEM_FIELDS,
@@ -180,6 +181,23 @@ class PortableDialect(Dialect):
             wanted = min(want, burst)
             buckets.filter(name=name).update(rate=rate, burst=burst, tokens=tokens, wanted=wanted, updated=updated)
         return whole_tokens(tokens, wanted)
+
+    def take_probe(self, destination: str, holder: str, until_us: int, now_us: int) -> bool:
+        """A transaction: the row made if missing (a probe only, no strike), locked, tested, written."""
+        rows = SuspensionRow.objects.using(self.alias)
+        with transaction.atomic(using=self.alias):
+            rows.bulk_create(
+                [SuspensionRow(destination=destination, until=0, since=now_us, strikes=0)], ignore_conflicts=True
+            )
+            found = (
+                rows.select_for_update()
+                .values_list("until", "probe_until", "probe_holder")
+                .get(destination=destination)
+            )
+            if found[0] > now_us or (found[1] > now_us and found[2] != holder):
+                return False
+            rows.filter(destination=destination).update(probe_until=until_us, probe_holder=holder)
+        return True
 
     def read_messages(self, item_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, bytes]:
         rows = (

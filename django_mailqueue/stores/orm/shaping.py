@@ -23,7 +23,7 @@ def suspend(alias: str, destination: str, *, until: datetime, reply: Reply, now:
     write, so SQLite takes its lock before it reads), the destination's row made if missing, locked, written."""
     rows = SuspensionRow.objects.using(alias)
     now_us = to_micros(now)
-    rows.filter(until__lte=now_us - _FORGET_US).delete()
+    rows.filter(until__lte=now_us - _FORGET_US, probe_until__lte=now_us).delete()
     # A placeholder with no strike yet: concurrent suspenders of a new destination then all lock one row.
     rows.bulk_create(
         [SuspensionRow(destination=destination, until=to_micros(until), since=now_us, strikes=0)],
@@ -39,8 +39,30 @@ def suspend(alias: str, destination: str, *, until: datetime, reply: Reply, now:
         reply_code=reply.code,
         reply_status=reply.status,
         reply_text=reply.text,
+        probe_until=0,  # a probe turns into the suspension in this one write
+        probe_holder="",
     )
     return kept
+
+
+def probe_in_force(alias: str, destination: str, *, now: datetime) -> Suspension | datetime:
+    """What kept a `take_probe` from taking it: the suspension in force, else the end of the probe in force
+    (`now` when it ended meanwhile: the caller asks again)."""
+    now_us = to_micros(now)
+    row = SuspensionRow.objects.using(alias).filter(destination=destination).first()
+    if row is None:
+        return now
+    if row.strikes and row.until > now_us:
+        return _suspension(row)
+    return from_micros(max(now_us, row.probe_until))
+
+
+def end_probe(alias: str, destination: str, *, holder: str) -> bool:
+    """A probe-only row is deleted; a suspension record's probe is cleared."""
+    rows = SuspensionRow.objects.using(alias).filter(destination=destination, probe_holder=holder)
+    if rows.filter(strikes=0).delete()[0]:
+        return True
+    return rows.update(probe_until=0, probe_holder="") > 0
 
 
 def suspensions(alias: str, *, now: datetime, destinations: Sequence[str] | None) -> list[Suspension]:

@@ -39,6 +39,7 @@ from ..inputs import (
     check_new_item,
     check_order,
     check_owner,
+    check_probe,
     check_suppressions,
     check_suspend,
     check_take,
@@ -373,6 +374,23 @@ class OrmStore(QueueStore):
         check_key(destination, "a destination")
         with self._errors():
             return shaping.clear_suspension(self.alias, destination)
+
+    @_own_write
+    def take_probe(
+        self, destination: str, *, holder: str, until: datetime, now: datetime
+    ) -> Suspension | datetime | None:
+        """One statement on SQLite and PostgreSQL, atomic by itself; a read after it when not taken."""
+        check_probe(destination, holder, until, now)
+        with self._errors():
+            if self.dialect.take_probe(destination, holder, to_micros(until), to_micros(now)):
+                return None
+            return shaping.probe_in_force(self.alias, destination, now=now)
+
+    @_own_write
+    def end_probe(self, destination: str, *, holder: str) -> bool:
+        check_key(destination, "a destination")
+        with self._errors():
+            return shaping.end_probe(self.alias, destination, holder=holder)
 
     @_own_write
     def defer_destination(self, domains: Sequence[str], *, until: datetime, now: datetime) -> int:

@@ -18,7 +18,7 @@ UNREACHABLE = Reply(None, "4.4.1", "no answer from any server of example.org —
 
 
 class Shaping(ContractBase):
-    """`take_tokens`, `suspend`, `suspensions`, `clear_suspension`, `defer_destination`."""
+    """`take_tokens`, `suspend`, `suspensions`, `clear_suspension`, `take_probe`, `end_probe`, `defer_destination`."""
 
     # --- token buckets ------------------------------------------------------------------
 
@@ -181,6 +181,70 @@ class Shaping(ContractBase):
             moved = await store.aget(item.id)
             assert moved is not None and moved.next_attempt == at(60)
             assert await store.aclear_suspension("example.org") is True
+        finally:
+            await store.aclose()
+
+    # --- probes (slow start) ---------------------------------------------------------------------
+
+    def test_one_holder_takes_a_probe_and_others_wait_for_its_end(self, store: QueueStore) -> None:
+        assert store.take_probe("cold.example", holder="a", until=at(30), now=T0) is None
+        assert store.take_probe("cold.example", holder="b", until=at(40), now=at(1)) == at(30)
+        assert store.take_probe("cold.example", holder="a", until=at(45), now=at(2)) is None  # renewed
+        assert store.take_probe("cold.example", holder="b", until=at(50), now=at(30)) == at(45)
+        assert store.take_probe("other.example", holder="b", until=at(50), now=at(30)) is None  # a key of its own
+        # a holder that died: its probe ends at its until
+        assert store.take_probe("cold.example", holder="b", until=at(75), now=at(45)) is None
+        assert store.take_probe("cold.example", holder="a", until=at(80), now=at(46)) == at(75)
+
+    def test_a_probe_ended_by_its_holder_is_free_at_once(self, store: QueueStore) -> None:
+        assert store.take_probe("cold.example", holder="a", until=at(30), now=T0) is None
+        assert store.end_probe("cold.example", holder="b") is False
+        assert store.end_probe("cold.example", holder="a") is True
+        assert store.end_probe("cold.example", holder="a") is False
+        assert store.take_probe("cold.example", holder="b", until=at(31), now=at(1)) is None
+        assert store.end_probe("nothing.example", holder="b") is False
+
+    def test_a_suspension_refuses_the_probe_and_ends_one_in_the_same_write(self, store: QueueStore) -> None:
+        assert store.take_probe("busy.example", holder="a", until=at(300), now=T0) is None
+        kept = store.suspend("busy.example", until=at(60), reply=THROTTLED, now=at(1))
+        assert store.take_probe("busy.example", holder="b", until=at(90), now=at(2)) == kept
+        assert store.take_probe("busy.example", holder="a", until=at(90), now=at(2)) == kept  # its holder too
+        assert store.end_probe("busy.example", holder="a") is False  # the suspension ended it
+        # at the suspension's end the probe is free, though the ended one's until (300) has not come
+        assert store.take_probe("busy.example", holder="b", until=at(90), now=at(60)) is None
+        assert store.suspensions(now=at(60)) == []
+
+    def test_a_probe_is_no_suspension_and_keeps_the_strikes(self, store: QueueStore) -> None:
+        assert store.take_probe("cold.example", holder="a", until=at(30), now=T0) is None
+        assert store.suspensions(now=T0) == []
+        first = store.suspend("cold.example", until=at(60), reply=THROTTLED, now=at(1))
+        assert (first.strikes, first.since) == (1, at(1))
+        assert store.take_probe("cold.example", holder="b", until=at(90), now=at(60)) is None
+        assert store.end_probe("cold.example", holder="b") is True
+        second = store.suspend("cold.example", until=at(180), reply=THROTTLED, now=at(61))
+        assert (second.strikes, second.since) == (2, at(1))  # a probe between them is no success
+        assert store.suspensions(now=at(61)) == [second]
+
+    def test_of_concurrent_takers_one_gets_the_probe(self, store: QueueStore) -> None:
+        got = self.in_threads(8, lambda i: store.take_probe("cold.example", holder=f"h{i}", until=at(30), now=T0))
+        assert sum(1 for g in got if g is None) == 1
+        assert [g for g in got if g is not None] == [at(30)] * 7
+
+    def test_a_bad_probe_is_refused(self, store: QueueStore) -> None:
+        bad = [("", "a"), ("x" * 301, "a"), ("ok.example", ""), ("ok.example", "a\x00b"), ("ok.example", "h" * 65)]
+        for destination, holder in bad:
+            with pytest.raises(QueueError) as caught:
+                store.take_probe(destination, holder=holder, until=at(30), now=T0)
+            assert caught.value.code is Code.INVALID
+        assert store.take_probe("ok.example", holder="a", until=at(30), now=T0) is None
+
+    @pytest.mark.asyncio
+    async def test_the_async_twins_probe_the_same(self, store: QueueStore) -> None:
+        try:
+            assert await store.atake_probe("cold.example", holder="a", until=at(30), now=T0) is None
+            assert await store.atake_probe("cold.example", holder="b", until=at(30), now=T0) == at(30)
+            assert await store.aend_probe("cold.example", holder="a") is True
+            assert await store.atake_probe("cold.example", holder="b", until=at(30), now=T0) is None
         finally:
             await store.aclose()
 
