@@ -269,8 +269,8 @@ def is_dead(unreachable_in_a_row: int, policy: DestinationPolicy) -> bool:
 
 
 def probe_seconds(connect: float, greeting: float) -> float:
-    """How long a destination's probe (slow start) holds when its holder ends it neither way (it died): the
-    connect, greeting and EHLO timeouts, the longest a session takes to be accepted or refused."""
+    """How long a destination's probe (slow start) may take to be accepted or refused: the connect, greeting and
+    EHLO timeouts. The store's probe is held no longer than a lease (`worker.probing.probe_hold`)."""
     return connect + 2 * greeting
 
 

@@ -372,6 +372,8 @@ class Deliverer:
         last: Reply | None = None
         last_host = ""
         seen: list[Reply] = []
+        #: per skipped host: it could not be reached (SessionReport.unreachable)
+        dead: list[bool] = []
         before_connect = self._before_connect(shaped.key, holder, route, deadline)
         accepted = self._accepted(shaped.key, holder)
         for host, address in _addresses(hosts, self.settings.mx_address_limit):
@@ -422,6 +424,7 @@ class Deliverer:
             if report.next_host is not None and not report.outcomes:
                 last, last_host = report.next_host, host
                 seen.append(report.next_host)
+                dead.append(report.unreachable)
                 continue
             for recipient, outcome in report.outcomes.items():
                 progress.outcomes.setdefault(recipient, outcome)
@@ -440,7 +443,7 @@ class Deliverer:
             last = replies.own_reply(replies.NO_ANSWER, f"attempt deadline passed before {dest.name} was tried")
         decide_all(last, replies.state_of(last) if last.status.startswith("5") else RecipientState.PENDING, last_host)
         progress.report = DestinationReport(
-            shaped, dest.name, tuple(seen), unreachable=unreachable(seen), holder=holder
+            shaped, dest.name, tuple(seen), unreachable=unreachable(dead), holder=holder
         )
         logger.info("%s: no server took the mail: %s", dest.name, last)
 

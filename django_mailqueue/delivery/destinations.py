@@ -31,12 +31,11 @@ class DestinationReport:
     holder: str = ""
 
 
-def unreachable(skipped: Sequence[Reply]) -> bool:
-    """Whether the replies of the hosts an attempt skipped say no server answered at all: each is the queue's
-    own (no code) "no answer" or "connection dropped" — never a server's reply, a TLS or a DNS problem."""
-    return bool(skipped) and all(
-        r.code is None and r.status in (replies.NO_ANSWER, replies.CONNECTION_DROPPED) for r in skipped
-    )
+def unreachable(skipped: Sequence[bool]) -> bool:
+    """Whether the hosts an attempt skipped (each: it could not be reached, `SessionReport.unreachable`) say no
+    server could be reached at all: refused, connect timeout, no greeting — never a server's reply, a TLS
+    handshake failure, a DNS problem or anything after a greeting."""
+    return bool(skipped) and all(skipped)
 
 
 def suspended_reply(suspension: Suspension) -> Reply:

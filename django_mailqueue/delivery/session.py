@@ -136,9 +136,11 @@ class Session:
         if self.target.tls != "verify":
             self.operator_error(message)
 
-    def skip_host(self, reply: Reply) -> bool:
-        """Give up on this address before any transaction: the caller tries the next one."""
+    def skip_host(self, reply: Reply, *, unreachable: bool = False) -> bool:
+        """Give up on this address before any transaction: the caller tries the next one. `unreachable`: the
+        server could not be reached (refused, connect timeout, no greeting)."""
         self.report.next_host = reply
+        self.report.unreachable = unreachable
         logger.info("skipping %s: %s", self.target.label, reply)
         return False
 
@@ -239,10 +241,13 @@ class Session:
                 await asyncio.get_running_loop().sock_connect(sock, (target.address, target.port))
         except TimeoutError:
             sock.close()
-            return self.skip_host(self.own(replies.NO_ANSWER, f"connect to {target.label}: timed out"))
+            return self.skip_host(
+                self.own(replies.NO_ANSWER, f"connect to {target.label}: timed out"), unreachable=True
+            )
         except OSError as exc:
             sock.close()
-            return self.skip_host(self.own(replies.NO_ANSWER, f"connect to {target.label}: {exc.strerror or exc}"))
+            reply = self.own(replies.NO_ANSWER, f"connect to {target.label}: {exc.strerror or exc}")
+            return self.skip_host(reply, unreachable=True)
         self.smtp = aiosmtplib.SMTP(
             hostname=target.host,
             sock=sock,
@@ -261,13 +266,17 @@ class Session:
             return self.implicit_tls_failed(exc)
         except TimeoutError:
             return self.skip_host(
-                self.own(replies.NO_ANSWER, f"no greeting from {target.label} within {target.timeouts.greeting:g} s")
+                self.own(replies.NO_ANSWER, f"no greeting from {target.label} within {target.timeouts.greeting:g} s"),
+                unreachable=True,
             )
         except SMTPConnectError as exc:
             if isinstance(exc.__cause__, ssl.SSLError):  # aiosmtplib wraps a failed implicit TLS handshake
                 return self.implicit_tls_failed(exc.__cause__)
+            # closed before a greeting: no greeting, unless it was the TLS handshake's end (a TLS failure, say
+            # a client certificate refused under TLS 1.3): the server is there
             return self.skip_host(
-                self.own(replies.CONNECTION_DROPPED, f"lost connection with {target.label} while {self.doing}")
+                self.own(replies.CONNECTION_DROPPED, f"lost connection with {target.label} while {self.doing}"),
+                unreachable=not implicit,
             )
         except Exception as exc:
             return self.skip_host(self.failure(exc))

@@ -122,6 +122,9 @@ class SessionReport:
     stale_connection: bool = False
     #: no connection was opened: `Target.before_connect` answered `next_host` (nothing was tried)
     withheld: bool = False
+    #: `next_host` says the server could not be reached: the connection was refused or timed out, or no
+    #: greeting came (a dead destination's sign; never a TLS failure, a reply, or anything after the greeting)
+    unreachable: bool = False
 
     def decide(self, recipient: str, reply: Reply, state: RecipientState) -> None:
         self.outcomes[recipient] = RecipientOutcome(recipient, state, reply, self.host)

@@ -51,6 +51,15 @@ def recheck_after(asked: int) -> float:
     return min(PROBE_RECHECK_MAX, PROBE_RECHECK * 2.0 ** max(0, asked - 1))
 
 
+def probe_hold(needed: float, lease: float) -> tuple[float, float | None]:
+    """How long the store's probe is taken for, and every how many seconds it is renewed while its session is
+    still being accepted (None: never): the `needed` seconds (connect and greeting timeouts), but no longer
+    than a lease — a worker that died holding it keeps its destination waiting no longer than its items."""
+    if needed <= lease:
+        return needed, None
+    return lease, max(0.05, lease / 2)
+
+
 @dataclass
 class Lead:
     """This worker's attempt leading a destination's probe, and what its waiters wait on."""
@@ -131,5 +140,6 @@ __all__ = [
     "Probes",
     "Step",
     "next_step",
+    "probe_hold",
     "recheck_after",
 ]

@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from ..conf import QueueSettings, RelayRoute
 from ..core.clock import Clock
@@ -25,7 +25,7 @@ from ..core.shaping import Suspension
 from ..delivery.destinations import DestinationReport
 from ..shaping import DestinationPolicy, is_dead, suspends, suspension_seconds
 from ..stores.base import QueueStore
-from .probing import Probes, Step, recheck_after
+from .probing import Probes, Step, probe_hold, recheck_after
 
 logger = logging.getLogger("django_mailqueue")
 
@@ -139,6 +139,10 @@ class Shaper:
         self.probes = Probes()
         self._taken: dict[str, str] = {}
         self._ending: set[asyncio.Task[None]] = set()
+        #: holder -> the task renewing its store's probe while its session is being accepted
+        self._renewing: dict[str, asyncio.Task[None]] = {}
+        #: holder -> its renewal's store call under way (not cancelled: an end of the probe waits for it)
+        self._renewal_calls: dict[str, asyncio.Future[Suspension | datetime | None]] = {}
 
     # --- which destination --------------------------------------------------------------
 
@@ -321,6 +325,7 @@ class Shaper:
         deadline passed). When the store cannot be asked: the view."""
         loop = asyncio.get_running_loop()
         asked = 0
+        hold, renew = probe_hold(seconds, self.settings.lease)
         while True:
             step = self.probes.step(key, holder, loop.time())
             if step is Step.GO:
@@ -341,9 +346,7 @@ class Shaper:
             lead = self.probes.lead(key, holder)
             now = self.clock.now()
             try:
-                found = await self.store.atake_probe(
-                    key, holder=holder, until=now + timedelta(seconds=seconds), now=now
-                )
+                found = await self.store.atake_probe(key, holder=holder, until=now + timedelta(seconds=hold), now=now)
             except QueueError as exc:
                 logger.warning("the probe of %s could not be taken from the store: %s", key, exc)
                 self._end_lead(key, holder)
@@ -351,6 +354,9 @@ class Shaper:
             if found is None:
                 lead.taken = True
                 self._taken[holder] = key
+                if renew is not None and holder not in self._renewing:
+                    task = loop.create_task(self._renew(key, holder, hold, renew), name=f"mailqueue-probe-{key}")
+                    self._renewing[holder] = task
                 return None
             if isinstance(found, Suspension):
                 self._adopt(found)
@@ -368,6 +374,7 @@ class Shaper:
         a probe `holder` held ends (in the store in the background): everybody goes."""
         self.probes.accepted(key, holder, asyncio.get_running_loop().time())
         self.wake()
+        self._stop_renewing(holder)
         if self._taken.pop(holder, None) is not None:
             task = asyncio.get_running_loop().create_task(self._end_probe(key, holder), name=f"mailqueue-probe-{key}")
             self._ending.add(task)
@@ -375,15 +382,44 @@ class Shaper:
 
     def left(self, holder: str) -> None:
         """`holder`'s sessions are over, however they ended: this worker's waiters for its probe go on (to the
-        store's probe, which it keeps until `observe` ends it or records the suspension)."""
+        store's probe, which it keeps until `observe` ends it or records the suspension, renewed no more)."""
+        self._stop_renewing(holder)
         for key in self.probes.leads(holder):
             self._end_lead(key, holder)
+
+    async def _renew(self, key: str, holder: str, hold: float, every: float) -> None:
+        """Keep `holder`'s probe of `key` while its session is being accepted (`probe_hold`); stop when it is
+        not `holder`'s any more (a suspension, or it expired and another took it)."""
+        while True:
+            await asyncio.sleep(every)
+            now = self.clock.now()
+            until = now + timedelta(seconds=hold)
+            call = asyncio.ensure_future(self.store.atake_probe(key, holder=holder, until=until, now=now))
+            self._renewal_calls[holder] = call
+            try:
+                found = await asyncio.shield(call)
+            except QueueError as exc:
+                logger.warning("the probe of %s could not be renewed in the store: %s", key, exc)
+                continue
+            finally:
+                if call.done():
+                    self._renewal_calls.pop(holder, None)
+            if found is not None:
+                return
+
+    def _stop_renewing(self, holder: str) -> None:
+        task = self._renewing.pop(holder, None)
+        if task is not None:
+            task.cancel()
 
     def _end_lead(self, key: str, holder: str) -> None:
         self.probes.end(key, holder)
         self.wake()
 
     async def _end_probe(self, key: str, holder: str) -> None:
+        call = self._renewal_calls.pop(holder, None)
+        if call is not None:  # a renewal under way would take the probe again after this end
+            await asyncio.wait([call])
         try:
             await self.store.aend_probe(key, holder=holder)
         except QueueError as exc:
@@ -470,6 +506,8 @@ class Shaper:
         its strikes after a success. The suspensions this call recorded, to tell."""
         made: list[Suspension] = []
         for report in reports:
+            if report.holder:
+                self._stop_renewing(report.holder)
             probed = self._taken.pop(report.holder, None) if report.holder else None
             if report.suspended is not None:
                 if probed is not None:
@@ -550,6 +588,8 @@ class Shaper:
             timer.cancel()
         self._timers.clear()
         self.probes.close()
+        for holder in list(self._renewing):
+            self._stop_renewing(holder)
         if self._ending:  # probes ended after a session was accepted: let them reach the store
             await asyncio.gather(*self._ending, return_exceptions=True)
         tasks = [*self._refills.values(), *([self._refreshing] if self._refreshing is not None else [])]

@@ -11,6 +11,8 @@ from django_mailqueue.conf import load_settings
 from django_mailqueue.core.clock import SystemClock
 from django_mailqueue.core.items import Reply
 from django_mailqueue.core.shaping import Suspension
+from django_mailqueue.delivery import replies
+from django_mailqueue.delivery.destinations import DestinationReport, unreachable
 from django_mailqueue.shaping import probe_seconds
 from django_mailqueue.stores.memory import MemoryStore
 from django_mailqueue.worker.probing import (
@@ -20,6 +22,7 @@ from django_mailqueue.worker.probing import (
     Probes,
     Step,
     next_step,
+    probe_hold,
     recheck_after,
 )
 from django_mailqueue.worker.shaper import Shaper
@@ -52,6 +55,16 @@ def test_a_probe_holds_for_a_sessions_opening_at_most() -> None:
     assert probe_seconds(2, 2) == 6
 
 
+def test_a_probe_holds_no_longer_than_a_lease_and_is_renewed_meanwhile() -> None:
+    assert probe_hold(6, 300) == (6, None)  # within a lease: taken once
+    assert probe_hold(630, 300) == (300, 150)  # a dead holder's probe ends like its leases
+    assert probe_hold(150, 2) == (2, 1)
+
+
+def test_only_hosts_that_could_not_be_reached_make_a_dead_attempt() -> None:
+    assert unreachable([True, True]) and not unreachable([]) and not unreachable([True, False])
+
+
 def test_a_session_accepted_makes_the_destination_healthy_for_a_while_and_ends_the_lead() -> None:
     probes = Probes()
     lead = probes.lead("a.test", "h1")
@@ -77,11 +90,55 @@ def test_only_the_leader_ends_its_lead() -> None:
 # --- two workers' shapers on one store ----------------------------------------------------------
 
 
-def shaper(store: MemoryStore) -> Shaper:
+def shaper(store: MemoryStore, **mailqueue: object) -> Shaper:
     settings = load_settings(
-        {"STORE": {"BACKEND": "django_mailqueue.stores.memory.MemoryStore"}, "ROUTES": {"*": "mx"}}
+        {"STORE": {"BACKEND": "django_mailqueue.stores.memory.MemoryStore"}, "ROUTES": {"*": "mx"}, **mailqueue}
     )
     return Shaper(settings, store, clock=SystemClock())
+
+
+def taken_by_another(store: MemoryStore, key: str) -> bool:
+    now = SystemClock().now()
+    return store.take_probe(key, holder="another", until=now + timedelta(seconds=60), now=now) is None
+
+
+async def test_a_probe_is_renewed_while_its_session_opens_and_expires_a_lease_after_its_holder_stops() -> None:
+    store = MemoryStore()
+    one = shaper(store, LEASE=1)
+    deadline = asyncio.get_running_loop().time() + 30
+    try:
+        assert await one.connect("slow.test", "w1-1", seconds=60, deadline=deadline) is None
+        await asyncio.sleep(2.5)  # past its first lease: renewed meanwhile
+        assert not taken_by_another(store, "slow.test")
+        one.left("w1-1")  # as if it died: nobody ends or renews the probe
+        await asyncio.sleep(1.5)
+        assert taken_by_another(store, "slow.test")  # expired after a lease, not after 60 s
+    finally:
+        await one.aclose()
+
+
+@pytest.mark.parametrize(
+    ("reply", "dead"),
+    [
+        (replies.own_reply(replies.TLS_FAILED, "TLS handshake with mx failed"), False),
+        (Reply(450, "4.3.2", "Not now"), False),
+        (replies.own_reply(replies.NO_ANSWER, "no greeting from mx within 2 s"), True),
+    ],
+)
+async def test_a_probe_that_reached_a_server_ends_and_one_that_reached_none_suspends(reply: Reply, dead: bool) -> None:
+    store = MemoryStore()
+    one = shaper(store)
+    deadline = asyncio.get_running_loop().time() + 30
+    try:
+        assert await one.connect("mx.test", "w1-1", seconds=60, deadline=deadline) is None
+        one.left("w1-1")
+        policy = one.settings.shaping.mx_policy("mx.test", ["mx.mx.test"], concurrency=20)
+        made = await one.observe([DestinationReport(policy, "mx.test", (reply,), unreachable=dead, holder="w1-1")])
+        assert bool(made) is dead
+        if not dead:  # an ordinary outcome: the probe ended, the next attempt may probe again
+            assert taken_by_another(store, policy.key)
+    finally:
+        await one.aclose()
 
 
 async def test_one_worker_probes_the_others_wait_and_go_once_it_was_accepted() -> None:
