@@ -103,6 +103,9 @@ def test_four_processes_share_a_relays_rate(
             "most_in_the_first_second": relay.most_in_a_second(after=first),
             "throttled_at": [round(t - first, 3) for t in relay.throttled],
             "per_second": round((len(times) - 1) / (last - first), 2),
+            # when mail is left: what each process did, and any suspension it logged
+            "processes": [p.stdout.strip() for p in processes],
+            "suspended": [line for p in processes for line in p.stderr.splitlines() if "suspended" in line][:4],
         }
         assert len(times) == 3000 and store.count() == 0, figures
         assert relay.throttled == [], figures
