@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -351,3 +352,43 @@ async def test_invalid_recipient_fails_5_1_3_alone(
     assert (no_domain.state, no_domain.reply.status) == (RecipientState.FAILED, "5.1.3")
     assert server.messages[0].mail_from == "<>" or server.messages[0].mail_from == ""
     assert server.messages[0].rcpt_tos == ["ok@example.test"]
+
+
+@pytest.mark.parametrize(
+    ("greeting", "script", "unreachable"),
+    [
+        (SILENT, {}, True),  # no greeting
+        (CLOSE, {}, True),  # closed before its greeting
+        (b"554 5.7.1 no service for you\r\n", {}, False),  # a reply: the server is there
+        (b"220 hello\r\n", {"EHLO": SILENT, "HELO": SILENT}, False),  # after the greeting
+        (b"220 hello\r\n", {"EHLO": CLOSE}, False),
+    ],
+)
+async def test_only_a_host_that_could_not_be_reached_is_reported_unreachable(
+    dns_server: DnsServer,
+    smtp_servers: ServerPool,
+    make_settings: MakeSettings,
+    greeting: Any,
+    script: dict[str, Any],
+    unreachable: bool,
+) -> None:
+    """A dead destination's sign (docs/shaping.md, "Dead destinations"): refused, timed out, no greeting."""
+    mx_domain(dns_server, "example.test", "127.0.0.2")
+    smtp_servers.scripted("127.0.0.2", greeting=greeting, replies=script)
+
+    result = await Deliverer(make_settings(greeting=0.5)).deliver("sender@origin.test", ["rcpt@example.test"], MESSAGE)
+
+    assert result.outcomes[0].state is RecipientState.PENDING
+    (report,) = result.destinations
+    assert report.unreachable is unreachable, result.outcomes[0].reply
+
+
+async def test_a_refused_connection_is_reported_unreachable(
+    dns_server: DnsServer, smtp_servers: ServerPool, make_settings: MakeSettings
+) -> None:
+    mx_domain(dns_server, "example.test", "127.0.0.2")  # nobody listens on the pool's port there
+
+    result = await Deliverer(make_settings()).deliver("sender@origin.test", ["rcpt@example.test"], MESSAGE)
+
+    (report,) = result.destinations
+    assert report.unreachable and "connect to" in result.outcomes[0].reply.text
