@@ -12,8 +12,6 @@ from django.core.checks import CheckMessage
 
 from ..core.errors import QueueError
 from . import configured_store_class
-from .redis_connection import MOST_PARTITIONS
-from .redis_layout import Keys, layout_prefix
 
 if TYPE_CHECKING:
     from .redis import RedisStore
@@ -72,6 +70,9 @@ def maxmemory_policy_warnings() -> list[CheckMessage]:
 @functools.lru_cache(maxsize=8)
 def _every_layout(key_prefix: str) -> tuple[tuple[str, int, int], ...]:
     """(key prefix, partition, count) of every partition but 0 of every `partitions` count (slow: ~1,400 tags)."""
+    from .redis_connection import MOST_PARTITIONS  # here, not above: these checks run where redis-py is not installed
+    from .redis_layout import layout_prefix
+
     return tuple(
         (layout_prefix(key_prefix, cluster=True, partition=partition, partitions=count), partition, count)
         for count in range(2, MOST_PARTITIONS + 1)
@@ -82,6 +83,8 @@ def _every_layout(key_prefix: str) -> tuple[tuple[str, int, int], ...]:
 def other_layouts(key_prefix: str, partitions: int) -> dict[str, tuple[int, int]]:
     """The items key of every partition that another `partitions` count has and this one does not reach, with the
     first (partition, count) that has it: a partition's hash tag depends on the count (docs/redis.md)."""
+    from .redis_layout import Keys, layout_prefix
+
     reached = {layout_prefix(key_prefix, cluster=True, partition=p, partitions=partitions) for p in range(partitions)}
     found: dict[str, tuple[int, int]] = {}
     for prefix, partition, count in _every_layout(key_prefix):
