@@ -211,3 +211,53 @@ async def test_a_wait_that_times_out_while_connecting_leaves_no_connection_open(
         gc.collect()
     leaked = [w for w in caught if issubclass(w.category, ResourceWarning) and "AsyncConnection" in str(w.message)]
     assert leaked == []
+
+
+def test_a_suspend_outlives_the_end_of_the_probe_it_found(pg_alias: str) -> None:
+    """The fault run on PostgreSQL, once: a suspend's placeholder insert found a probe-only row, that probe's
+    `end_probe` deleted the row, and the suspend's lock then found nothing (DoesNotExist, an INTERNAL error).
+    Here the probe's holder locks the row, waits until the suspend waits on it, then deletes it."""
+    from django.db import transaction
+
+    from django_mailqueue.core.items import Reply
+    from django_mailqueue.models import Suspension as SuspensionRow
+
+    store = OrmStore({"database": pg_alias})
+    assert store.take_probe("mx:a.test", holder="w1", until=at(60), now=at(1)) is None
+    locked, release = threading.Event(), threading.Event()
+
+    def end_probe_slowly() -> None:
+        try:
+            with transaction.atomic(using=pg_alias):
+                SuspensionRow.objects.using(pg_alias).select_for_update().get(destination="mx:a.test")
+                locked.set()
+                assert release.wait(30)
+                assert SuspensionRow.objects.using(pg_alias).filter(destination="mx:a.test").delete()[0] == 1
+        finally:
+            connections.close_all()
+
+    def suspend() -> int:
+        try:
+            reply = Reply(421, "4.7.0", "Try again later")
+            return store.suspend("mx:a.test", until=at(300), reply=reply, now=at(2)).strikes
+        finally:
+            connections.close_all()
+
+    with ThreadPoolExecutor(2) as pool:
+        ender = pool.submit(end_probe_slowly)
+        assert locked.wait(30)
+        suspender = pool.submit(suspend)
+        with connections[pg_alias].cursor() as cursor:
+            for _ in range(300):  # the suspend waits on the row lock (or has finished: the test then proves less)
+                cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
+                if cursor.fetchone()[0] or suspender.done():
+                    break
+                threading.Event().wait(0.05)
+            else:
+                pytest.fail("the suspend never waited on the probe's row")
+        assert not suspender.done(), "the suspend did not wait on the locked row"
+        release.set()
+        ender.result(timeout=30)
+        assert suspender.result(timeout=30) == 1
+    (kept,) = store.suspensions(now=at(2))
+    assert (kept.destination, kept.strikes, kept.until) == ("mx:a.test", 1, at(300))

@@ -28,6 +28,7 @@ from .rows import (
     ItemRow,
     RecipientRow,
 )
+from .shaping import locked_row
 
 
 def due(alias: str, lane: str | None, now_us: int) -> models.QuerySet[QueuedItem]:
@@ -186,15 +187,8 @@ class PortableDialect(Dialect):
         """A transaction: the row made if missing (a probe only, no strike), locked, tested, written."""
         rows = SuspensionRow.objects.using(self.alias)
         with transaction.atomic(using=self.alias):
-            rows.bulk_create(
-                [SuspensionRow(destination=destination, until=0, since=now_us, strikes=0)], ignore_conflicts=True
-            )
-            found = (
-                rows.select_for_update()
-                .values_list("until", "probe_until", "probe_holder")
-                .get(destination=destination)
-            )
-            if found[0] > now_us or (found[1] > now_us and found[2] != holder):
+            found = locked_row(rows, SuspensionRow(destination=destination, until=0, since=now_us, strikes=0))
+            if found.until > now_us or (found.probe_until > now_us and found.probe_holder != holder):
                 return False
             rows.filter(destination=destination).update(probe_until=until_us, probe_holder=holder)
         return True

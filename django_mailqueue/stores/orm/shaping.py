@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
-from django.db.models import Exists, F, OuterRef
+from django.db.models import Exists, F, OuterRef, QuerySet
 
 from ...core.clock import from_micros, to_micros
 from ...core.items import RecipientState, Reply
@@ -14,6 +14,8 @@ from ...models import QueuedItem, QueuedRecipient
 from ...models import Suspension as SuspensionRow
 
 _FORGET_US = FORGET_AFTER // timedelta(microseconds=1)
+#: Rounds of make-and-lock before `locked_row` gives up: each lost round is a concurrent delete of the row.
+_MAKE_TRIES = 20
 #: Items `defer_destination` moves in one statement (under SQLite's bound on parameters).
 CHUNK = 500
 
@@ -24,12 +26,8 @@ def suspend(alias: str, destination: str, *, until: datetime, reply: Reply, now:
     rows = SuspensionRow.objects.using(alias)
     now_us = to_micros(now)
     rows.filter(until__lte=now_us - _FORGET_US, probe_until__lte=now_us).delete()
-    # A placeholder with no strike yet: concurrent suspenders of a new destination then all lock one row.
-    rows.bulk_create(
-        [SuspensionRow(destination=destination, until=to_micros(until), since=now_us, strikes=0)],
-        ignore_conflicts=True,
-    )
-    found = rows.select_for_update().get(destination=destination)
+    placeholder = SuspensionRow(destination=destination, until=to_micros(until), since=now_us, strikes=0)
+    found = locked_row(rows, placeholder)
     recorded = _suspension(found) if found.strikes else None  # the placeholder is no record
     kept = next_suspension(recorded, destination, until=until, reply=reply, now=now)
     rows.filter(destination=destination).update(
@@ -43,6 +41,18 @@ def suspend(alias: str, destination: str, *, until: datetime, reply: Reply, now:
         probe_holder="",
     )
     return kept
+
+
+def locked_row(rows: QuerySet[SuspensionRow], placeholder: SuspensionRow) -> SuspensionRow:
+    """The destination's row, made from `placeholder` if missing (no strike: concurrent writers of a new
+    destination then all lock one row), locked. Made again when a concurrent `end_probe` or cleanup deleted the
+    row between the insert (which found it) and the lock: at READ COMMITTED the lock then finds nothing."""
+    for _ in range(_MAKE_TRIES):
+        rows.bulk_create([placeholder], ignore_conflicts=True)
+        found = rows.select_for_update().filter(destination=placeholder.destination).first()
+        if found is not None:
+            return found
+    raise RuntimeError(f"the suspension row of {placeholder.destination!r} was deleted {_MAKE_TRIES} times running")
 
 
 def probe_in_force(alias: str, destination: str, *, now: datetime) -> Suspension | datetime:
