@@ -133,7 +133,7 @@ class QueueStore(abc.ABC):
     in_add_order: bool = True
 
     #: `max_items` holds under concurrent adders. False: it is checked against counts read before the add, so
-    #: concurrent adders may pass it by a batch each (a Redis queue split into `partitions`).
+    #: concurrent adders may pass it by a batch each (no store of this package; the contract then skips it).
     exact_max_items: bool = True
 
     #: A store whose add joins the caller's database transaction.

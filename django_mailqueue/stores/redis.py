@@ -169,7 +169,7 @@ class RedisStore(RedisMessages, RedisReading, RedisSuppressionList, RedisShaping
 
     # --- adding -------------------------------------------------------------------------
 
-    def _plan_add(self, items: Sequence[NewItem], now: datetime, bound: int | None) -> _AddPlan:
+    def _plan_add(self, items: Sequence[NewItem], now: datetime, bound: int | str | None) -> _AddPlan:
         for new in items:
             check_new_item(new)
         if len({new.id for new in items}) != len(items):
@@ -183,6 +183,7 @@ class RedisStore(RedisMessages, RedisReading, RedisSuppressionList, RedisShaping
         ]
         added = []
         keys = [self.keys.schema, self.keys.seq, self.keys.items, self.keys.queues, *self._marker(), *self.keys.indexes]
+        keys += self._quota_key(bound)
         for new in items:
             item = as_added(new, now, now_us)
             args += item_args(new, item, now_us)
@@ -206,8 +207,8 @@ class RedisStore(RedisMessages, RedisReading, RedisSuppressionList, RedisShaping
     def add_many(self, items: Sequence[NewItem], *, now: datetime) -> builtins.list[QueueItem]:
         return self._add_many(items, now, self.max_items)
 
-    def _add_many(self, items: Sequence[NewItem], now: datetime, bound: int | None) -> builtins.list[QueueItem]:
-        """`add_many` with the items this store's keys may hold at most (a partition's share of `max_items`)."""
+    def _add_many(self, items: Sequence[NewItem], now: datetime, bound: int | str | None) -> builtins.list[QueueItem]:
+        """`add_many` with the items this store's keys may hold at most (a partition's share: `M:N:p`)."""
         plan = self._plan_add(items, now, bound)
         if not plan.added:
             return []
@@ -233,7 +234,9 @@ class RedisStore(RedisMessages, RedisReading, RedisSuppressionList, RedisShaping
     async def aadd_many(self, items: Sequence[NewItem], *, now: datetime) -> builtins.list[QueueItem]:
         return await self._aadd_many(items, now, self.max_items)
 
-    async def _aadd_many(self, items: Sequence[NewItem], now: datetime, bound: int | None) -> builtins.list[QueueItem]:
+    async def _aadd_many(
+        self, items: Sequence[NewItem], now: datetime, bound: int | str | None
+    ) -> builtins.list[QueueItem]:
         # Always at once: the worker's adds (DSNs) belong to no database transaction.
         plan = self._plan_add(items, now, bound)
         if not plan.added:
@@ -330,7 +333,7 @@ class RedisStore(RedisMessages, RedisReading, RedisSuppressionList, RedisShaping
     # --- completing ---------------------------------------------------------------------
 
     def _complete_call(
-        self, item_id: uuid.UUID, owner: str, revision: int, completion: Completion, raw: Any, bound: int | None
+        self, item_id: uuid.UUID, owner: str, revision: int, completion: Completion, raw: Any, bound: int | str | None
     ) -> tuple[QueueItem, scripts.Call] | None:
         """The item after `completion` and the script's keys and arguments; None when the item is gone."""
         if not raw:
@@ -341,7 +344,7 @@ class RedisStore(RedisMessages, RedisReading, RedisSuppressionList, RedisShaping
         if before.owner != owner or before.revision != revision:
             raise _lease_lost(item_id, owner)
         after = apply_completion(before, completion)
-        keys = self._complete_keys()
+        keys = self._complete_keys() + self._quota_key(bound)
         keys += self.keys.of_item(item_id, self._shapes.note(item_id, found))
         args: builtins.list[scripts.Arg] = [self.keys.prefix, str(item_id), owner, str(revision)]
         failed_at = ""
@@ -379,6 +382,10 @@ class RedisStore(RedisMessages, RedisReading, RedisSuppressionList, RedisShaping
             raise QueueError(Code.INVALID, f"a DSN of {item_id} has the id of an item queued already")
         return after
 
+    def _quota_key(self, bound: int | str | None) -> builtins.list[str]:
+        """The partition's share key, declared when the bound is a partition's share (`M:N:p`, lua/quota.lua)."""
+        return [self.keys.quota] if isinstance(bound, str) else []
+
     def _complete_keys(self) -> builtins.list[str]:
         keys = self.keys
         return [
@@ -399,9 +406,9 @@ class RedisStore(RedisMessages, RedisReading, RedisSuppressionList, RedisShaping
         return self._complete(item_id, owner, revision, completion, self.max_items)
 
     def _complete(
-        self, item_id: uuid.UUID, owner: str, revision: int, completion: Completion, bound: int | None
+        self, item_id: uuid.UUID, owner: str, revision: int, completion: Completion, bound: int | str | None
     ) -> QueueItem | None:
-        """`complete`, its DSNs bounded by `bound` (a partition's share of `max_items`)."""
+        """`complete`, its DSNs bounded by `bound` (a partition's share: `M:N:p`)."""
         check_owner(owner)
         check_completion(completion)
         raw = self._do(lambda client: _hgetall(client, self.keys.item(item_id)))
@@ -418,7 +425,7 @@ class RedisStore(RedisMessages, RedisReading, RedisSuppressionList, RedisShaping
         return await self._acomplete(item_id, owner, revision, completion, self.max_items)
 
     async def _acomplete(
-        self, item_id: uuid.UUID, owner: str, revision: int, completion: Completion, bound: int | None
+        self, item_id: uuid.UUID, owner: str, revision: int, completion: Completion, bound: int | str | None
     ) -> QueueItem | None:
         check_owner(owner)
         check_completion(completion)
@@ -440,7 +447,7 @@ class RedisStore(RedisMessages, RedisReading, RedisSuppressionList, RedisShaping
         return await self._acomplete_many(requests, self.max_items)
 
     async def _acomplete_many(
-        self, requests: Sequence[CompleteRequest], bound: int | None
+        self, requests: Sequence[CompleteRequest], bound: int | str | None
     ) -> builtins.list[QueueItem | None | QueueError]:
         """Two round trips for the whole batch: the items read in one pipeline, then each
         item's COMPLETE script (atomic on its own, as `complete`) in another, each retried on its own."""

@@ -1,5 +1,5 @@
 """The Redis store's system checks: `mailqueue.W001` when its server may evict queue keys, `mailqueue.E030` when
-items are left in partitions a Cluster queue's `partitions` no longer reaches."""
+items are left in partitions a Cluster queue's `partitions` no longer reaches (which also stops a worker's start)."""
 
 from __future__ import annotations
 
@@ -124,16 +124,41 @@ def stranded_errors() -> list[CheckMessage]:
         store.close()
     if not stranded:
         return []
+    return [checks.Error(stranded_text(store, stranded), hint=STRANDED_HINT, id="mailqueue.E030")]
+
+
+#: What E030 and a refused worker tell to do.
+STRANDED_HINT = (
+    "Set 'partitions' back to the count named, run the workers until `manage.py mailqueue_status` shows the queue "
+    'empty, then change it; see docs/redis.md, "Partitions".'
+)
+
+
+def stranded_text(store: RedisStore, stranded: dict[tuple[int, int], int]) -> str:
+    """What E030 says of `stranded_partitions(store)`: each partition and its items (no URL, no credentials)."""
     held = ", ".join(f"partition {p} of {n}: {count} items" for (p, n), count in sorted(stranded.items()))
-    return [
-        checks.Error(
-            f"the Redis store's queue holds items in partitions that 'partitions' "
-            f"{len(getattr(store, 'parts', [store]))} does not reach ({held}): they would never be delivered",
-            hint="Set 'partitions' back to the count named, run the workers until `manage.py mailqueue_status` "
-            'shows the queue empty, then change it; see docs/redis.md, "Partitions".',
-            id="mailqueue.E030",
-        )
-    ]
+    return (
+        f"the Redis store's queue holds items in partitions that 'partitions' "
+        f"{len(getattr(store, 'parts', [store]))} does not reach ({held}): they would never be delivered"
+    )
+
+
+def worker_refusal(store: object) -> str | None:
+    """Why a worker must not start on `store`: a Cluster queue with items in partitions it does not reach (E030's
+    reading, one pipeline a primary); None otherwise, and when Redis cannot be reached (the worker waits for it)."""
+    if not getattr(store, "cluster", False):
+        return None
+    from .redis import RedisStore
+
+    if not isinstance(store, RedisStore):
+        return None
+    try:
+        stranded = stranded_partitions(store)
+    except QueueError:
+        return None
+    if not stranded:
+        return None
+    return f"{stranded_text(store, stranded)}. {STRANDED_HINT}"
 
 
 def _redis_store() -> type[RedisStore]:

@@ -127,6 +127,22 @@ class Keys:
         """A destination's probe (`take_probe`): a hash, until and holder."""
         return f"{self.prefix}probe:{destination}"
 
+    # a partitioned queue's share of MAX_ITEMS (lua/quota.lua)
+
+    @property
+    def quota(self) -> str:
+        """The partition's share of MAX_ITEMS: a hash, `share` and the `bound` (`M:N`) it was set for."""
+        return f"{self.prefix}quota"
+
+    @property
+    def quota_out(self) -> str:
+        """The shares taken from this partition for another and not yet given: token -> `<to>:<k>:<ms>`."""
+        return f"{self.prefix}quota:out"
+
+    def quota_in(self, token: str) -> str:
+        """A transfer given to this partition's share (`1`, living `QUOTA_GIVEN_MS`): given once."""
+        return f"{self.prefix}quota:in:{token}"
+
     def replay(self, lifetime_ms: int, token: str) -> str:
         """A call's marker (see lua/replay.lua): its name gives how long it lives."""
         return f"{self.prefix}replay:{lifetime_ms}:{token}"

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import functools
 import heapq
 import itertools
+import logging
 import random
 import threading
 import uuid
@@ -15,7 +17,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from ..core.errors import QueueError
+from ..core.errors import Code, QueueError
 from ..core.items import (
     CompleteRequest,
     Completion,
@@ -31,6 +33,9 @@ from .base import OVERVIEW_QUEUES
 from .inputs import check_aware, check_completion, check_order, check_owner, check_suppressions
 from .redis import RedisStore
 from .redis_clients import AsyncClient
+from .redis_quota import atransfer, share_spec, transfer
+
+logger = logging.getLogger("django_mailqueue.stores.redis")
 
 #: The oldest time a suppression entry may have (for reading every entry of some addresses).
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -50,9 +55,6 @@ class PartitionedRedisStore(RedisStore):
 
     #: the add order holds within a partition; claims take from the partitions in turn, `list` breaks ties by id
     in_add_order = False
-    #: `max_items` is checked against the other partitions' counts read just before: concurrent adders may pass it
-    exact_max_items = False
-
     #: the items whose partition the store remembers (found by asking every part when forgotten)
     REMEMBERED = 100_000
 
@@ -62,6 +64,8 @@ class PartitionedRedisStore(RedisStore):
         super().__init__(options, max_items=max_items, partition=0)
         count = int(self.options["partitions"])
         self.parts = [RedisStore(self.options, max_items=max_items, partition=p) for p in range(count)]
+        for part in self.parts:
+            part.on_commit = False  # the store waits for the commit itself: an add may move shares first
         self._clients.channels = [part.keys.wakeup for part in self.parts]
         self._where: dict[uuid.UUID, int] = {}
         self._where_lock = threading.Lock()
@@ -123,21 +127,14 @@ class PartitionedRedisStore(RedisStore):
                 groups.setdefault(part.partition, []).append(index)
         return groups
 
-    # --- max_items across the partitions ----------------------------------------------------
+    # --- max_items: each partition's share of it (redis_quota.py) ----------------------------------------
 
-    def _bound(self, partition: int) -> int | None:
-        """What partition `partition` may hold for `max_items` to hold: the bound less the others' items now."""
-        if self.max_items is None:
-            return None
-        others = sum(part.count() for part in self.parts if part.partition != partition)
-        return max(self.max_items - others, 0)
+    def _share(self, partition: int) -> str | None:
+        """What bounds an add or DSNs in `partition`: its share of `max_items` (`M:N:p`), or None."""
+        return None if self.max_items is None else share_spec(self.max_items, len(self.parts), partition)
 
-    async def _abound(self, partition: int) -> int | None:
-        if self.max_items is None:
-            return None
-        others = [part for part in self.parts if part.partition != partition]
-        counts = await asyncio.gather(*(_aread(part, "ZCARD", part.keys.items) for part in others))
-        return max(self.max_items - sum(int(c) for c in counts), 0)
+    def _full(self, n: int) -> QueueError:
+        return QueueError(Code.FULL, f"no room for {n} more items in any partition; MAX_ITEMS is {self.max_items}")
 
     # --- adding -------------------------------------------------------------------------------
 
@@ -146,13 +143,52 @@ class PartitionedRedisStore(RedisStore):
 
     def add_many(self, items: Sequence[NewItem], *, now: datetime) -> builtins.list[QueueItem]:
         part = self._next_part()
-        added = part._add_many(items, now, self._bound(part.partition))
+        if self.on_commit:
+            from django.db import transaction
+
+            if transaction.get_connection().in_atomic_block:
+                added = part._plan_add(items, now, None).added
+                if added:
+                    transaction.on_commit(functools.partial(self._add_committed_to, part, items, now), robust=True)
+                return builtins.list(added)
+        return self._add_to(part, items, now)
+
+    def _add_to(self, part: RedisStore, items: Sequence[NewItem], now: datetime) -> builtins.list[QueueItem]:
+        """The add in `part`; when its share is short, shares moved from the others and the add tried again."""
+        while True:
+            try:
+                added = part._add_many(items, now, self._share(part.partition))
+                break
+            except QueueError as exc:
+                if exc.code is not Code.FULL or self.max_items is None:
+                    raise
+                if not transfer(self.parts, part.partition, len(items), self.max_items):
+                    raise self._full(len(items)) from None
         self._note(part.partition, added)
         return added
 
+    def _add_committed_to(self, part: RedisStore, items: Sequence[NewItem], now: datetime) -> None:
+        try:
+            self._add_to(part, items, now)
+        except QueueError as exc:
+            logger.error(
+                "%d item(s) were not queued after their transaction committed (%s): %s",
+                len(items),
+                ", ".join(str(item.id) for item in items),
+                exc,
+            )
+
     async def aadd_many(self, items: Sequence[NewItem], *, now: datetime) -> builtins.list[QueueItem]:
         part = self._next_part()
-        added = await part._aadd_many(items, now, await self._abound(part.partition))
+        while True:
+            try:
+                added = await part._aadd_many(items, now, self._share(part.partition))
+                break
+            except QueueError as exc:
+                if exc.code is not Code.FULL or self.max_items is None:
+                    raise
+                if not await atransfer(self.parts, part.partition, len(items), self.max_items):
+                    raise self._full(len(items)) from None
         self._note(part.partition, added)
         return added
 
@@ -227,8 +263,21 @@ class PartitionedRedisStore(RedisStore):
         part = self.part_of(item_id)
         if part is None:
             return None
-        bound = self._bound(part.partition) if completion.dsns else self.max_items
-        return part._complete(item_id, owner, revision, completion, bound)
+        while True:
+            try:
+                return part._complete(item_id, owner, revision, completion, self._dsn_bound(part, completion))
+            except QueueError as exc:
+                if not self._may_transfer(exc, completion):
+                    raise
+                if not transfer(self.parts, part.partition, len(completion.dsns), self.max_items or 0):
+                    raise
+
+    def _dsn_bound(self, part: RedisStore, completion: Completion) -> str | None:
+        return self._share(part.partition) if completion.dsns else None
+
+    def _may_transfer(self, exc: QueueError, completion: Completion) -> bool:
+        """Whether a refused completion's DSNs may fit once shares are moved to their partition."""
+        return exc.code is Code.FULL and self.max_items is not None and bool(completion.dsns)
 
     async def acomplete(
         self, item_id: uuid.UUID, *, owner: str, revision: int, completion: Completion
@@ -238,12 +287,19 @@ class PartitionedRedisStore(RedisStore):
         part = await self._apart_of(item_id)
         if part is None:
             return None
-        bound = await self._abound(part.partition) if completion.dsns else self.max_items
-        return await part._acomplete(item_id, owner, revision, completion, bound)
+        while True:
+            try:
+                return await part._acomplete(item_id, owner, revision, completion, self._dsn_bound(part, completion))
+            except QueueError as exc:
+                if not self._may_transfer(exc, completion):
+                    raise
+                if not await atransfer(self.parts, part.partition, len(completion.dsns), self.max_items or 0):
+                    raise
 
     async def acomplete_many(self, requests: Sequence[CompleteRequest]) -> builtins.list[QueueItem | None | QueueError]:
         """Each partition's requests in one `acomplete_many` of its part (two round trips each), the partitions at
-        once: their primaries answer together, and the loop wakes once for them."""
+        once: their primaries answer together, and the loop wakes once for them. A request whose DSNs found the
+        share short is done again alone, as `acomplete` (shares moved first)."""
         for request in requests:
             check_owner(request.owner)
             check_completion(request.completion)
@@ -252,8 +308,7 @@ class PartitionedRedisStore(RedisStore):
 
         async def complete(partition: int, indexes: builtins.list[int]) -> None:
             group = [requests[i] for i in indexes]
-            dsns = any(request.completion.dsns for request in group)
-            bound = await self._abound(partition) if dsns else self.max_items
+            bound = self._share(partition) if any(request.completion.dsns for request in group) else None
             for index, answer in zip(indexes, await self.parts[partition]._acomplete_many(group, bound), strict=True):
                 answers[index] = answer
 
@@ -261,6 +316,14 @@ class PartitionedRedisStore(RedisStore):
             await complete(*next(iter(groups.items())))
         else:
             await asyncio.gather(*(complete(partition, indexes) for partition, indexes in groups.items()))
+        for index, (request, answer) in enumerate(zip(requests, answers, strict=True)):
+            if isinstance(answer, QueueError) and self._may_transfer(answer, request.completion):
+                try:
+                    answers[index] = await self.acomplete(
+                        request.item_id, owner=request.owner, revision=request.revision, completion=request.completion
+                    )
+                except QueueError as exc:
+                    answers[index] = exc
         return answers
 
     def reschedule(self, item_id: uuid.UUID, *, at: datetime, owner: str | None = None) -> bool:

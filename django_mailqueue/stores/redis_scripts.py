@@ -174,12 +174,14 @@ def _first_is_ok(reply: Any) -> bool:
 
 
 SCHEMA = LuaScript("schema")
-ADD = LuaScript("add", uses=["keys", "replay", "store_items"], wrote=_first_is_ok)
+ADD = LuaScript("add", uses=["keys", "replay", "store_items", "quota"], wrote=_first_is_ok)
 CLAIM = LuaScript("claim", uses=["replay"])
 RENEW = LuaScript("renew")
 COMPLETE = LuaScript(
-    "complete", uses=["keys", "replay", "store_items", "store_suppressions"], wrote=lambda reply: reply == 1
+    "complete", uses=["keys", "replay", "store_items", "store_suppressions", "quota"], wrote=lambda reply: reply == 1
 )
+QUOTA_TAKE = LuaScript("quota_take", uses=["quota"], wrote=lambda reply: int(reply[0]) > 0)
+QUOTA_GIVE = LuaScript("quota_give", uses=["quota"], wrote=lambda reply: reply == 1)
 RESCHEDULE = LuaScript("reschedule", uses=["keys", "store_items"], wrote=lambda reply: reply == 1)
 CANCEL = LuaScript("cancel", uses=["keys", "store_items"])
 TAKE_TOKENS = LuaScript("take_tokens")

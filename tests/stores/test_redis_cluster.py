@@ -199,8 +199,8 @@ def _partitioned(cluster: ClusterSetup, tag: str, max_items: int | None = None, 
 
 
 class TestPartitionedStoreOnCluster(QueueStoreContract):
-    """The whole contract on a queue of three partitions (but the claim order across partitions, and max_items
-    under concurrent adders: `in_add_order` and `exact_max_items` are False; see the tests below)."""
+    """The whole contract on a queue of three partitions (but the claim order across partitions: `in_add_order` is
+    False; see the tests below), `max_items` under concurrent adders included."""
 
     @pytest.fixture
     def make_store(self, cluster: ClusterSetup) -> Iterator[StoreFactory]:
@@ -371,5 +371,38 @@ def test_the_check_names_the_partitions_a_changed_count_strands(cluster: Cluster
             done = Completion(tuple(outcome(r.address, RecipientState.DELIVERED) for r in item.recipients), T0)
             three.complete(item.id, owner="w", revision=item.revision, completion=done)
         assert three.count() == 0 and errors(2) == [] and errors(1) == []
+    finally:
+        three.close()
+
+
+def test_a_worker_refuses_to_start_on_stranded_partitions(cluster: ClusterSetup) -> None:
+    """`mailqueue_work` reads what E030 reads before it claims: set to two partitions where three hold items, it
+    exits naming them (and no URL), and the items stay; at three it runs."""
+    from django.core.management import CommandError, call_command
+    from django.test import override_settings
+
+    from django_mailqueue.stores import reset_store
+
+    prefix = _prefix("refuse")
+    three = RedisStore(cluster.options(key_prefix=prefix, partitions=3))
+    try:
+        for _ in range(3):
+            three.add(new_item(not_before=at(3600 * 24 * 365 * 100)), now=T0)  # one in each, due in a century
+        for partitions, refused in ((2, True), (3, False)):
+            store = {"BACKEND": "django_mailqueue.stores.redis.RedisStore", "OPTIONS": cluster.options(
+                key_prefix=prefix, partitions=partitions)}  # fmt: skip
+            with override_settings(MAILQUEUE={"STORE": store, "HOSTNAME": "mq.test"}):
+                reset_store()
+                try:
+                    call_command("mailqueue_work", "--once", verbosity=0)
+                except CommandError as exc:
+                    assert refused, exc
+                    assert "2 does not reach (partition 1 of 3: 1 items, partition 2 of 3: 1 items)" in str(exc), exc
+                    assert "mailqueue_status" in str(exc) and "127.0.0.1" not in str(exc), exc
+                else:
+                    assert not refused
+                finally:
+                    reset_store()
+        assert three.count() == 3
     finally:
         three.close()

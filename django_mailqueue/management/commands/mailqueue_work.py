@@ -16,6 +16,7 @@ from django.core.management.base import BaseCommand, CommandError
 from ...conf import get_settings
 from ...core.errors import QueueError
 from ...metrics import NEEDS_EXTRA, prometheus_installed
+from ...stores.redis_checks import worker_refusal
 from ...worker import Worker, WorkerStats, build_worker
 from ..options import positive
 
@@ -96,6 +97,10 @@ class Command(BaseCommand):
             )
         except QueueError as exc:
             raise CommandError(str(exc)) from None
+        refused = worker_refusal(worker.store)
+        if refused is not None:
+            worker.store.close()
+            raise CommandError(refused)
         server = None
         if metrics is not None:
             metrics.watch(worker)

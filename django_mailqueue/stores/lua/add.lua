@@ -1,4 +1,4 @@
--- add.lua (after keys.lua, replay.lua and store_items.lua): store a batch of items with their messages, all or nothing.
+-- add.lua (after keys.lua, replay.lua, store_items.lua and quota.lua): store a batch of items with their messages, all or nothing.
 --
 -- KEYS[1]  <prefix>schema   string, the layout version
 -- KEYS[2]  <prefix>seq      string, the counter that orders items
@@ -10,7 +10,8 @@
 --          <prefix>replay:<ms>:<token> (see replay.lua)
 -- ARGV[1]  the prefix (the wake-up channel is <prefix>wakeup)
 -- ARGV[2]  the layout version
--- ARGV[3]  MAX_ITEMS, or '' for no bound
+-- ARGV[3]  MAX_ITEMS, or '' for no bound, or in a partitioned queue 'M:N:p': the partition's share of M
+--          (quota.lua, <prefix>quota declared)
 -- ARGV[4]  n, how many items follow
 -- then, per item, 13 values: id, queue, next attempt (µs), created (µs), sender,
 --          recipients (JSON), size, Message-ID, subject, message bytes, domains, words, addresses
@@ -41,7 +42,7 @@ end
 
 if ARGV[3] ~= '' then
   local held = redis.call('ZCARD', KEYS[3])
-  if held + n > tonumber(ARGV[3]) then
+  if held + n > bound_of(key, ARGV[3]) then
     return {'full', held}
   end
 end

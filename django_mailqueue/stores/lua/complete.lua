@@ -1,4 +1,4 @@
--- complete.lua (after keys.lua, replay.lua, store_items.lua and store_suppressions.lua): record an attempt's outcome,
+-- complete.lua (after keys.lua, replay.lua, store_items.lua, store_suppressions.lua and quota.lua): record an attempt's outcome,
 -- add its DSNs, put its addresses on the suppression list and let go of the lease, for the lease's owner at
 -- the revision it claimed — all or nothing.
 --
@@ -22,7 +22,7 @@
 -- ARGV[7]  next attempt (µs; core.items.NEVER with 'keep'; '' with 'drop')
 -- ARGV[8]  attempts ('' with 'drop')
 -- ARGV[9]  delay warned ('0' or '1'; '' with 'drop')
--- ARGV[10] MAX_ITEMS, or '' for no bound (checked only when DSNs follow)
+-- ARGV[10] MAX_ITEMS, or '' for no bound, or a partition's 'M:N:p' (as add.lua's; checked only when DSNs follow)
 -- ARGV[11] with 'keep': when it failed (µs), else ''
 -- ARGV[12] n, how many DSN items follow
 -- then, per DSN, the 13 values add.lua takes: id, queue, next attempt (µs), created (µs),
@@ -50,7 +50,7 @@ end
 if f[1] ~= ARGV[3] or f[2] ~= ARGV[4] then
   return 0
 end
-if n > 0 and ARGV[10] ~= '' and redis.call('ZCARD', KEYS[2]) + n > tonumber(ARGV[10]) then
+if n > 0 and ARGV[10] ~= '' and redis.call('ZCARD', KEYS[2]) + n > bound_of(key, ARGV[10]) then
   return -2
 end
 if queued_already(key, 13, n) then
