@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import binascii
 import builtins
 import json
 import uuid
@@ -50,14 +51,9 @@ def partition_tag(key_prefix: str, partition: int, partitions: int) -> str:
 
 
 def key_slot(tag: str) -> int:
-    """The Cluster slot of a key whose hash tag is `tag` (CRC16/XMODEM of its bytes, modulo 16384)."""
-    crc = 0
-    for byte in tag.encode():
-        crc ^= byte << 8
-        for _ in range(8):
-            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else crc << 1
-            crc &= 0xFFFF
-    return crc % SLOTS
+    """The Cluster slot of a key whose hash tag is `tag` (CRC16/XMODEM of its bytes, modulo 16384: `crc_hqx` is
+    that CRC, in C; E030's ~1,400 tags took 2.2 s of CPU in Python's loop at each check and worker start)."""
+    return binascii.crc_hqx(tag.encode(), 0) % SLOTS
 
 
 @dataclass(frozen=True)
