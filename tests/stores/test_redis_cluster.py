@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -15,6 +16,7 @@ from django_mailqueue.stores.base import QueueStore
 from django_mailqueue.stores.redis import RedisStore
 from django_mailqueue.testing import QueueStoreContract
 from django_mailqueue.testing.contract import T0, StoreFactory, at, new_item, outcome
+from tests.stores import test_redis as redis_tests
 from tests.stores.test_redis_contract import AsyncTwins, LoopThread
 from tests.support.redis_cluster import ClusterSetup
 
@@ -406,3 +408,32 @@ def test_a_worker_refuses_to_start_on_stranded_partitions(cluster: ClusterSetup)
         assert three.count() == 3
     finally:
         three.close()
+
+
+@pytest.mark.django_db(transaction=True)
+class TestOnCommitInPartitions(redis_tests.TestOnCommit):
+    """`on_commit` on three partitions: the store itself waits for the commit (its parts add at once), then adds,
+    moving shares when its partition's is short."""
+
+    @pytest.fixture
+    def make(self, cluster: ClusterSetup) -> Iterator[Callable[..., RedisStore]]:
+        prefix = _prefix("commit")
+        made: list[RedisStore] = []
+
+        def build(max_items: int | None = None, **options: Any) -> RedisStore:
+            store = RedisStore(cluster.options(key_prefix=prefix, partitions=3, **options), max_items=max_items)
+            made.append(store)
+            return store
+
+        yield build
+        for store in made:
+            store.close()
+
+    def test_a_commit_moves_shares_for_its_batch(self, make: Callable[..., RedisStore]) -> None:
+        from django.db import transaction
+
+        store, reader = make(max_items=3, on_commit=True), make()
+        with transaction.atomic():
+            added = store.add_many([new_item(), new_item(), new_item()], now=T0)  # one partition, share 1
+            assert reader.count() == 0
+        assert sorted(item.id for item in reader.list()) == sorted(item.id for item in added)
