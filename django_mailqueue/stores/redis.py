@@ -59,6 +59,7 @@ class _AddPlan:
     keys: tuple[str, ...]
     args: tuple[scripts.Arg, ...]
     added: tuple[QueueItem, ...]
+    shapes: tuple[tuple[str, str, str], ...]
 
 
 class RedisStore(RedisMessages, RedisReading, RedisSuppressionList, RedisShaping, RedisFailed):
@@ -181,15 +182,17 @@ class RedisStore(RedisMessages, RedisReading, RedisSuppressionList, RedisShaping
             "" if bound is None else str(bound),
             str(len(items)),
         ]
-        added = []
+        added, shapes = [], []
         keys = [self.keys.schema, self.keys.seq, self.keys.items, self.keys.queues, *self._marker(), *self.keys.indexes]
         keys += self._quota_key(bound)
         for new in items:
             item = as_added(new, now, now_us)
-            args += item_args(new, item, now_us)
+            shape = _shape(item)
+            args += item_args(new, item, now_us, shape)
             added.append(item)
-            keys += self.keys.of_item(new.id, _shape(item))
-        return _AddPlan(tuple(dict.fromkeys(keys)), tuple(args), tuple(added))
+            shapes.append(shape)
+            keys += self.keys.of_item(new.id, shape)
+        return _AddPlan(tuple(dict.fromkeys(keys)), tuple(args), tuple(added), tuple(shapes))
 
     def _added(self, plan: _AddPlan, reply: Any) -> builtins.list[QueueItem]:
         outcome = [text(part) for part in reply]
@@ -200,8 +203,8 @@ class RedisStore(RedisMessages, RedisReading, RedisSuppressionList, RedisShaping
         if outcome[0] == "schema":
             self._clients.ready = False
             raise self._clients.foreign(outcome[1])
-        for item in plan.added:
-            self._shapes.add(item.id, _shape(item))
+        for item, shape in zip(plan.added, plan.shapes, strict=True):
+            self._shapes.add(item.id, shape)
         return list(plan.added)
 
     def add_many(self, items: Sequence[NewItem], *, now: datetime) -> builtins.list[QueueItem]:
@@ -366,8 +369,9 @@ class RedisStore(RedisMessages, RedisReading, RedisSuppressionList, RedisShaping
             now_us = to_micros(completion.now)
             for dsn in completion.dsns:
                 added = as_added(dsn, completion.now, now_us)
-                args += item_args(dsn, added, now_us)
-                keys += self.keys.of_item(dsn.id, _shape(added))
+                shape = _shape(added)
+                args += item_args(dsn, added, now_us, shape)
+                keys += self.keys.of_item(dsn.id, shape)
         args += suppression_args(completion.suppress)
         return after, (builtins.list(dict.fromkeys(keys)), args)
 

@@ -241,8 +241,11 @@ class Shapes:
         self._known.pop(item_id, None)
 
 
-def item_args(new: NewItem, item: QueueItem, now_us: int) -> builtins.list[scripts.Arg]:
-    """The 13 values add.lua and complete.lua take per item they store."""
+def item_args(
+    new: NewItem, item: QueueItem, now_us: int, shape: tuple[str, str, str] | None = None
+) -> builtins.list[scripts.Arg]:
+    """The 13 values add.lua and complete.lua take per item they store (`shape`: the item's, when known)."""
+    _queue, item_domains, item_words = shape or (item.queue, domains(item.recipients), words(item.subject))
     return [
         str(new.id),
         new.queue,
@@ -254,8 +257,8 @@ def item_args(new: NewItem, item: QueueItem, now_us: int) -> builtins.list[scrip
         new.message_id,
         new.subject,
         bytes(new.message),
-        domains(item.recipients),
-        words(item.subject),
+        item_domains,
+        item_words,
         addresses(r.address for r in item.recipients),
     ]
 

@@ -8,12 +8,24 @@
 
 local STRIDE = 13
 
--- The id of the first of the n items already queued, or nil.
+-- At most this many keys or (score, member) pairs go in one command (Lua's `unpack` takes fewer than 8,000 values).
+local CHUNK = 1000
+
+-- The id of the first of the n items already queued, or nil: one EXISTS a chunk, item by item only once one is.
 local function queued_already(key, first, n)
-  for i = 0, n - 1 do
-    local id = ARGV[first + i * STRIDE]
-    if redis.call('EXISTS', key('item:' .. id)) == 1 then
-      return id
+  for start = 0, n - 1, CHUNK do
+    local last = math.min(start + CHUNK, n) - 1
+    local names = {}
+    for i = start, last do
+      names[#names + 1] = key('item:' .. ARGV[first + i * STRIDE])
+    end
+    if redis.call('EXISTS', unpack(names)) > 0 then
+      for i = start, last do
+        local id = ARGV[first + i * STRIDE]
+        if redis.call('EXISTS', key('item:' .. id)) == 1 then
+          return id
+        end
+      end
     end
   end
   return nil
@@ -74,12 +86,55 @@ local function unindex_item(key, member, queue, domains)
   redis.call('ZREM', key('tried_queue:' .. queue), member)
 end
 
--- Store the n items with their messages, due in their queues' ready sets.
+-- What a batch writes, gathered by key: `put(name, ...)` adds values to a key's list, `write(command, per)`
+-- sends each list as `command name values…`, at most CHUNK times `per` values a command.
+local function gathering()
+  local by_key, order = {}, {}
+  local function list(name)
+    local values = by_key[name]
+    if not values then
+      values = {}
+      by_key[name] = values
+      order[#order + 1] = name
+    end
+    return values
+  end
+  local function write(command, per)
+    for _, name in ipairs(order) do
+      local values = by_key[name]
+      for start = 1, #values, CHUNK * per do
+        redis.call(command, name, unpack(values, start, math.min(start + CHUNK * per - 1, #values)))
+      end
+    end
+  end
+  return list, write
+end
+
+-- Store the n items with their messages, due in their queues' ready sets, and in the indexes `index_item`
+-- keeps (not tried yet), as n calls of it would: every sorted set written once a batch (docs/performance.md,
+-- "Redis enqueue and the search indexes").
 local function store_items(key, seq_key, items_key, queues_key, first, n)
+  if n == 0 then
+    return
+  end
+  -- n INCRs at once; GET and SET, which the documented ACL allows (docs/redis.md), not INCRBY
+  local seq = tonumber(redis.call('GET', seq_key) or '0')
+  redis.call('SET', seq_key, seq + n)
+  local zset, write_zadds = gathering()
+  local set, write_sadds = gathering()
+  local function zadd(name, score, member)
+    local values = zset(name)
+    values[#values + 1] = score
+    values[#values + 1] = member
+  end
+  local function sadd(name, value)
+    local values = set(name)
+    values[#values + 1] = value
+  end
   for i = 0, n - 1 do
     local base = first + i * STRIDE
     local id, queue, due = ARGV[base], ARGV[base + 1], ARGV[base + 2]
-    local member = string.format('%016d', redis.call('INCR', seq_key)) .. ':' .. id
+    local member = string.format('%016d', seq + i + 1) .. ':' .. id
     redis.call('HSET', key('item:' .. id),
       'id', id, 'member', member, 'queue', queue, 'next', due, 'created', ARGV[base + 3],
       'sender', ARGV[base + 4], 'rcpts', ARGV[base + 5], 'size', ARGV[base + 6],
@@ -87,11 +142,23 @@ local function store_items(key, seq_key, items_key, queues_key, first, n)
       'words', ARGV[base + 11], 'addrs', ARGV[base + 12],
       'attempts', 0, 'rev', 0, 'reclaims', 0, 'delay', 0)
     redis.call('SET', key('message:' .. id), ARGV[base + 9])
-    redis.call('ZADD', items_key, due, member)
-    redis.call('ZADD', key('ready:' .. queue), due, member)
-    redis.call('SADD', queues_key, queue)
-    redis.call('SADD', key('queue_names'), queue)
-    index_item(key, member, queue, ARGV[base + 10], due, false)
+    zadd(items_key, due, member)
+    zadd(key('ready:' .. queue), due, member)
+    sadd(queues_key, queue)
+    sadd(key('queue_names'), queue)
+    -- index_item's and index_terms' writes, the terms from the arguments rather than the hash just written
+    for word in string.gmatch(ARGV[base + 11], '%S+') do
+      zadd(key('word:' .. word), due, member)
+    end
+    for address in string.gmatch(ARGV[base + 12], '[^\n]+') do
+      zadd(key('addrs'), 0, address .. '\0' .. member)
+    end
+    zadd(key('ids'), 0, (string.gsub(id, '-', '')))
+    zadd(key('queue:' .. queue), due, member)
+    for domain in string.gmatch(ARGV[base + 10], '%S+') do
+      zadd(key('domain:' .. domain), due, member)
+    end
   end
+  write_zadds('ZADD', 2)
+  write_sadds('SADD', 1)
 end
-
