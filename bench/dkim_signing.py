@@ -5,12 +5,18 @@ signature (`DkimSigner.prepare` + `finish`'s folding) and of the private-key
 operation; the operation's wall time per signature with 1 and 2 threads signing
 at once (2 threads twice as fast = the operation runs without the GIL, on two
 cores); and whether a thread signing holds the GIL (with a long switch
-interval a thread that keeps the GIL starves the main thread of it).
-Read the wall times only on a quiet machine (the load average is printed).
+interval a thread that keeps the GIL starves the main thread of it); and,
+for RSA, the event loop thread's CPU a signed message with 50 signing at once:
+the operation on the loop, handed to a thread one at a time
+(`run_in_executor`), and handed over in batches (`delivery/signing.py`, the
+worker's). Read the wall times only on a quiet machine (the load average is
+printed).
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import functools
 import os
 import sys
@@ -70,6 +76,44 @@ def holds_gil(f: Callable[[], object], sleeps: int = 5, interval: float = 0.5) -
     return took > sleeps * interval / 2
 
 
+def loop_cpu_per_signature(signer: object, normalized: bytes, how: str, n: int = 4000, at_once: int = 50) -> float:
+    """The event loop thread's CPU (ms) a signature, `n` signatures with `at_once` in flight: `how` is "loop"
+    (all on it), "thread" (`run_in_executor`, one hand-over a signature) or "batched" (`SigningThread`)."""
+    from django_mailqueue.delivery.signing import SigningThread
+    from django_mailqueue.dkim import DkimSigner
+
+    assert isinstance(signer, DkimSigner)
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    batched = SigningThread(signer)
+
+    async def one() -> bytes:
+        pending = signer.prepare(normalized)
+        assert not isinstance(pending, bytes)
+        if how == "loop":
+            return signer.finish(pending, pending.private_key_operation)
+        if how == "thread":
+            run = functools.partial(signer.finish, pending, pending.private_key_operation)
+            return await asyncio.get_running_loop().run_in_executor(pool, run)
+        return await batched.sign(pending)
+
+    async def run() -> float:
+        slots = asyncio.Semaphore(at_once)
+
+        async def slot() -> None:
+            async with slots:
+                await one()
+
+        start = time.thread_time()
+        await asyncio.gather(*(slot() for _ in range(n)))
+        return (time.thread_time() - start) / n
+
+    try:
+        return 1000 * asyncio.run(run())
+    finally:
+        pool.shutdown()
+        batched.close()
+
+
 def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
     django.setup()
@@ -99,6 +143,12 @@ def main() -> None:
             f" ms CPU; wall per signature 1 thread {1000 * one:.3f} ms, 2 threads {1000 * two:.3f} ms"
             f" ({one / two:.2f}× the throughput); the operation holds the GIL: {holds_gil(operation)}"
         )
+        if algorithm == "rsa-sha256":
+            shares = {how: loop_cpu_per_signature(signer, normalized, how) for how in ("loop", "thread", "batched")}
+            print(
+                f"{algorithm}: the loop thread's CPU a signature, 50 at once: all on it {shares['loop']:.3f} ms,"
+                f" one hand-over each {shares['thread']:.3f} ms, batched {shares['batched']:.3f} ms"
+            )
 
 
 if __name__ == "__main__":

@@ -6,9 +6,11 @@ and one changed body byte breaks the signature.
 
 from __future__ import annotations
 
+import concurrent.futures
 import threading
 from io import StringIO
 from pathlib import Path
+from typing import Any
 from unittest import mock
 
 import dkim
@@ -186,3 +188,28 @@ def test_the_star_entry_signs_other_domains_with_its_domain_and_unlisted_mail_go
     first, second = mail_world.mx.messages
     assert signature_tags(first.data)["d"] == "signer.test" and verifies(first.data, mail_world.dns)
     assert b"DKIM-Signature" not in second.data
+
+
+def test_a_claimed_batchs_rsa_signatures_go_to_the_signing_thread_together_and_verify(
+    mail_world: MailWorld, tmp_path: Path
+) -> None:
+    entry = publish(mail_world.dns, tmp_path, "origin.test", "mq1", "rsa-sha256")
+    handed: list[int] = []
+    submit = concurrent.futures.ThreadPoolExecutor.submit
+
+    def counted(self: concurrent.futures.ThreadPoolExecutor, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+        if self._thread_name_prefix.startswith("mailqueue-dkim"):
+            handed.append(len(args[0]) if args else 1)
+        return submit(self, fn, *args, **kwargs)
+
+    with (
+        override_settings(MAILQUEUE=mail_world.mailqueue(MEMORY, DKIM={"origin.test": entry})),
+        mock.patch.object(concurrent.futures.ThreadPoolExecutor, "submit", counted),
+    ):
+        for i in range(10):
+            send_mail(f"Batch {i}", "Body.\n", "sender@origin.test", [f"r{i}@dest.test"])
+        assert "10 delivered" in work_once()
+    # one hand-over (a queue, a wake-up, a callback through the loop) for the lot, not one a message
+    assert sum(handed) == 10 and len(handed) <= 5
+    assert len(mail_world.mx.messages) == 10
+    assert all(verifies(message.data, mail_world.dns) for message in mail_world.mx.messages)
