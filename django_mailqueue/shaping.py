@@ -22,8 +22,8 @@ from .validation import number as _number
 RATE_PERIODS = {"s": 1.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
 #: The share of a RATE's count that may go at once (the token bucket's size, rounded down, at least one):
 #: "50/s" sends at most 52 in any second — what the relay counts is when each message reaches it, so the
-#: rest of a 10% margin is left for the time between taking a token (right before MAIL FROM) and the end of the
-#: message's data (a worker's pause) — and "50000/d" 2,500 at once, the rest spread over the day.
+#: rest of a 10% margin is left for the time between taking a token and the end of the message's data
+#: (a first connection's set-up, a worker's pause) — and "50000/d" 2,500 at once, the rest spread over the day.
 BURST_FRACTION = 0.05
 #: A worker asks the store for the tokens of at most this many seconds of the rate at once (at least one).
 BATCH_SECONDS = 0.05

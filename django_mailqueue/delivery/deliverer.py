@@ -24,7 +24,7 @@ from ..shaping import DestinationPolicy, probe_seconds
 from . import replies
 from .addresses import EnvelopeAddress, parse_address, parse_sender
 from .attempt import AttemptResult, Destination, PreparedMessage, Progress
-from .destinations import DestinationGate, DestinationReport, before_mail_hook, suspended_reply, unreachable
+from .destinations import DestinationGate, DestinationReport, suspended_reply, unreachable
 from .mta_sts import StsPolicies, StsPolicy
 from .resolver import DnsResolver, MailHost, MxResolver, Resolution, ip_literal
 from .signing import SigningThread
@@ -369,7 +369,6 @@ class Deliverer:
         dead: list[bool] = []
         before_connect = self._before_connect(shaped.key, holder, route, deadline)
         accepted = self._accepted(shaped.key, holder)
-        before_mail = None if self.gate is None else before_mail_hook(self.gate, shaped)
         for host, address in _addresses(hosts, self.settings.mx_address_limit):
             if loop.time() >= deadline:
                 break
@@ -397,7 +396,6 @@ class Deliverer:
                 messages_per_connection=shaped.limits.messages_per_connection,
                 before_connect=before_connect,
                 accepted=accepted,
-                before_mail=before_mail,
             )
             began = loop.time()
             if sts is None:
@@ -483,7 +481,7 @@ class Deliverer:
         return None if gate is None else functools.partial(gate.accepted, key, holder)
 
     async def _enter(self, policy: DestinationPolicy, deadline: float) -> Suspension | None:
-        """The destination's suspension, else None (once its rate's next token is due; within the deadline)."""
+        """The destination's suspension, else None once its rate allows the message (within the deadline)."""
         if self.gate is None:
             return None
         try:
@@ -493,10 +491,6 @@ class Deliverer:
             return None  # the sessions find the deadline passed
 
     async def _send(self, target: Target, envelope: Envelope) -> SessionReport:
-        if target.before_mail is not None and not getattr(self.transport, "calls_before_mail", False):
-            with contextlib.suppress(TimeoutError):  # past the deadline: the session finds it passed
-                async with asyncio.timeout_at(target.deadline):
-                    await target.before_mail()
         try:
             return await self.transport.send(target, envelope)
         except Exception as exc:  # a transport must not raise; one that does defers, never bounces

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -59,11 +59,7 @@ class DestinationGate(Protocol):
         ...
 
     async def enter(self, policy: DestinationPolicy) -> Suspension | None:
-        """Before the destination's sessions: its suspension, else None (once its rate's next token is due)."""
-        ...
-
-    async def before_mail(self, policy: DestinationPolicy) -> None:
-        """Right before the message's `MAIL FROM` to a destination with a rate: wait for a token and take it."""
+        """Before the destination's sessions: its suspension, else None once its rate allows one more message."""
         ...
 
     async def current(self, key: str) -> Suspension | None:
@@ -86,20 +82,4 @@ class DestinationGate(Protocol):
         ...
 
 
-def before_mail_hook(gate: DestinationGate, policy: DestinationPolicy) -> Callable[[], Awaitable[None]] | None:
-    """`Target.before_mail` for an attempt's sessions to the destination: one token of its rate for the attempt,
-    however many sessions it takes (a cached connection found closed, the next host); None without a rate."""
-    if policy.limits.rate is None:
-        return None
-    taken = False
-
-    async def take() -> None:
-        nonlocal taken
-        if not taken:
-            await gate.before_mail(policy)
-            taken = True
-
-    return take
-
-
-__all__ = ["DestinationGate", "DestinationReport", "before_mail_hook", "suspended_reply", "unreachable"]
+__all__ = ["DestinationGate", "DestinationReport", "suspended_reply", "unreachable"]

@@ -46,9 +46,6 @@ class SmtpTransport:
     goes through a new one.
     """
 
-    #: it awaits `Target.before_mail` once a session is ready to send the message, right before `MAIL FROM`
-    calls_before_mail = True
-
     def __init__(
         self,
         *,
@@ -208,8 +205,6 @@ class SmtpTransport:
 async def _run(session: Session) -> Idle | None:
     """The session; a connection worth keeping for the next message, or None."""
     if session.cached is not None:
-        if session.target.before_mail is not None:
-            await session.target.before_mail()
         await transactions(session)
         if session.report.ended and not session.answered:
             session.report.stale_connection = True  # closed while idle: nothing was said, try a new one
@@ -218,8 +213,6 @@ async def _run(session: Session) -> Idle | None:
     elif await session.start():
         if session.target.accepted is not None:
             session.target.accepted()
-        if session.target.before_mail is not None:
-            await session.target.before_mail()
         await transactions(session)
     if (
         session.smtp is None

@@ -66,10 +66,6 @@ class Target:
     #: called once a new connection's session was accepted (greeting, EHLO, STARTTLS, AUTH): slow start's
     #: word that the destination is healthy
     accepted: Callable[[], None] | None = field(default=None, compare=False, repr=False)
-    #: awaited once the session is ready to send the message, right before its first `MAIL FROM` (a cached
-    #: connection, or a new one once accepted): the destination's rate takes its token then (a transport without
-    #: `calls_before_mail` has the `Deliverer` await it before `send`)
-    before_mail: Callable[[], Awaitable[None]] | None = field(default=None, compare=False, repr=False)
 
     @property
     def label(self) -> str:
@@ -141,11 +137,7 @@ class SessionReport:
 
 
 class Transport(Protocol):
-    """Delivers one envelope through one server address. Never raises for a network or SMTP problem.
-
-    A transport that awaits `Target.before_mail` itself, right before its `MAIL FROM`, says so with a class
-    attribute `calls_before_mail = True`; for one without it the `Deliverer` awaits it before `send`.
-    """
+    """Delivers one envelope through one server address. Never raises for a network or SMTP problem."""
 
     async def send(self, target: Target, envelope: Envelope) -> SessionReport: ...
 

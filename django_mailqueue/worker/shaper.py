@@ -2,7 +2,7 @@
 
 The decisions are `shaping.py`'s; this module holds the state one worker
 process keeps to apply them cheaply — no store round trip per message:
-tokens come from the store's bucket a few at a time (`tokens.py`), suspensions from a
+tokens come from the store's bucket a few at a time, suspensions from a
 local view refreshed at most every `VIEW_TTL` seconds (and at once by this
 worker's own suspensions). docs/shaping.md says how it behaves.
 """
@@ -14,7 +14,7 @@ import logging
 from collections import Counter
 from collections.abc import Callable, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from ..conf import QueueSettings, RelayRoute
@@ -26,7 +26,6 @@ from ..delivery.destinations import DestinationReport
 from ..shaping import DestinationPolicy, is_dead, suspends, suspension_seconds
 from ..stores.base import QueueStore
 from .probing import Probes, Step, probe_hold, recheck_after
-from .tokens import Tokens
 
 logger = logging.getLogger("django_mailqueue")
 
@@ -44,15 +43,29 @@ MAX_DOMAINS = 100_000
 MAX_DEFER_DOMAINS = 1000
 
 
+#: The share of a RATE the workers' bucket refills at: 97%, so a one-second window at the relay has room for a few
+#: tokens' time of delays between a token's take and its message's arrival (docs/shaping.md, "Limits").
+RATE_TARGET = 0.97
+
+
+def next_ask(per_second: float) -> float:
+    """Seconds after a take that got fewer tokens than it asked for (or failed) before the bucket is asked again,
+    counted from when the take was sent.
+
+    Such a take left less than one whole token in the bucket, so one is whole again within `1 / rate` of it:
+    asking then takes it before the bucket can fill to its size (`burst` >= 1 more than that fraction) and
+    let the rate's tokens go unused while the worker sleeps. Asking sooner would cost round trips for
+    nothing; later, with a bucket of one or two tokens, loses tokens (the rate unmet)."""
+    return min(60.0, 1.0 / per_second)
+
+
 @dataclass(frozen=True)
 class Ticket:
-    """An attempt's admission: the destinations it holds a connection slot of; of those with a RATE, the keys whose
-    token it has still to take (right before its `MAIL FROM`: `Shaper.before_mail`)."""
+    """An attempt's admission: the destinations it holds a connection slot of, each with a token taken."""
 
     policies: tuple[DestinationPolicy, ...] = ()
     #: loop time of the admission
     began: float = 0.0
-    untaken: set[str] = field(default_factory=set, compare=False)
 
 
 @dataclass(frozen=True)
@@ -64,8 +77,7 @@ class Hold:
 
 @dataclass(frozen=True)
 class Wait:
-    """A destination of the item is at its connection limit, or has as many attempts waiting for tokens as its rate
-    allows (`tokens.ready_limit`): it waits, holding no slot."""
+    """A destination of the item is at its connection limit, or out of tokens: it waits, holding no slot."""
 
     policy: DestinationPolicy
 
@@ -77,7 +89,7 @@ TICKET: ContextVar[Ticket | None] = ContextVar("mailqueue_ticket", default=None)
 class Shaper:
     """One worker process's traffic shaping; also the `Deliverer`'s `DestinationGate`.
 
-    `admit` (no I/O) says whether an item may start now: its destinations' connection slots and rates,
+    `admit` (no I/O) says whether an item may start now: its destinations' connection slots and tokens,
     or that they are all suspended. `observe` acts on what an attempt's servers said: it suspends a
     destination (in the store, for every worker) and moves its waiting items, or clears its strikes.
     `wake` is called when a refill or a suspension's end may let a waiting item start.
@@ -105,7 +117,12 @@ class Shaper:
         #: loop times the attempts under way to each destination began, and how long its attempts take
         self._began: dict[str, list[float]] = {}
         self._seconds: dict[str, float] = {}
-        self.tokens = Tokens(store, clock, lambda: self.wake())
+        #: tokens taken from the store's buckets and not used yet
+        self._stock: Counter[str] = Counter()
+        self._refills: dict[str, asyncio.Task[None]] = {}
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+        #: loop time before which a bucket is not asked again (it was empty)
+        self._empty_until: dict[str, float] = {}
         self._view: dict[str, Suspension] = {}
         self._view_at: float | None = None
         self._refreshing: asyncio.Task[bool] | None = None
@@ -154,9 +171,8 @@ class Shaper:
     # --- admission (the worker, no I/O) ----------------------------------------------------
 
     def admit(self, item: QueueItem) -> Ticket | Hold | Wait:
-        """A `Ticket` when the item may start now (its slots taken; its tokens are taken right before its
-        `MAIL FROM`), a `Hold` when all its destinations are suspended, a `Wait` when one is at its connection
-        limit or has as many attempts waiting for tokens as its rate allows."""
+        """A `Ticket` when the item may start now (its slots and tokens taken), a `Hold` when all its
+        destinations are suspended, a `Wait` when one is at its connection limit or out of tokens."""
         policies: dict[str, DestinationPolicy] = {}
         unknown = False
         for recipient in item.pending:
@@ -185,26 +201,22 @@ class Shaper:
                 return Wait(policy)
             if limits.connections is not None and self._busy[policy.key] >= limits.connections:
                 return Wait(policy)
-            if limits.rate is not None and not self.tokens.admits(policy):
+            if limits.rate is not None and self._stock[policy.key] < 1:
+                self._refill(policy)
                 return Wait(policy)
         began = loop_now
-        untaken: set[str] = set()
         for policy in free:
             self._busy[policy.key] += 1
             self._began.setdefault(policy.key, []).append(began)
             if policy.limits.rate is not None:
-                self.tokens.admitted(policy.key)
-                untaken.add(policy.key)
-        return Ticket(tuple(free), began, untaken)
+                self._stock[policy.key] -= 1
+        return Ticket(tuple(free), began)
 
     def release(self, ticket: Ticket) -> None:
         """The attempt's SMTP part is over: its connection slots are free."""
         if not ticket.policies:
             return
         seconds = asyncio.get_running_loop().time() - ticket.began
-        for key in ticket.untaken:
-            self.tokens.released(key)
-        ticket.untaken.clear()
         for policy in ticket.policies:
             self._busy[policy.key] -= 1
             self._began[policy.key].remove(ticket.began)
@@ -226,6 +238,61 @@ class Shaper:
         per_attempt = self._seconds.get(policy.key, oldest)
         return min(300.0, place * per_attempt / limits.connections)
 
+    # --- tokens ---------------------------------------------------------------------------
+
+    def _refill(self, policy: DestinationPolicy) -> None:
+        """Ask the store for the next few tokens, in the background (one request per bucket at a time)."""
+        key = policy.key
+        asking = self._refills.get(key)
+        if asking is not None and not asking.done():  # a finished one whose callback has not run yet is over
+            return
+        loop = asyncio.get_running_loop()
+        due = self._empty_until.get(key, 0.0)
+        if loop.time() < due:
+            if key not in self._timers:  # the wake-up at `due` (a timer may fire a hair early: ask again then)
+                self._timers[key] = loop.call_at(due + 0.001, self._due, key)
+            return
+        task = loop.create_task(self._take(policy), name=f"mailqueue-tokens-{key}")
+        self._refills[key] = task
+        task.add_done_callback(lambda done: self._refills.pop(key) if self._refills.get(key) is done else None)
+
+    def _due(self, key: str) -> None:
+        self._timers.pop(key, None)
+        self.wake()
+
+    async def _take(self, policy: DestinationPolicy) -> None:
+        rate = policy.limits.rate
+        assert rate is not None
+        want = rate.batch
+        loop = asyncio.get_running_loop()
+        asked = loop.time()
+        try:
+            got = await self._take_tokens(policy.key, rate=rate.per_second * RATE_TARGET, burst=rate.burst, want=want)
+        except QueueError as exc:
+            logger.warning("tokens for %s could not be taken from the store: %s", policy.key, exc)
+            got = 0
+        self._stock[policy.key] += got
+        if got < want:
+            self._empty_until[policy.key] = asked + next_ask(rate.per_second * RATE_TARGET)
+        self.wake()
+
+    async def _take_tokens(self, key: str, *, rate: float, burst: int, want: int) -> int:
+        return await self.store.atake_tokens(key, rate=rate, burst=burst, want=want, now=self.clock.now())
+
+    async def _token(self, policy: DestinationPolicy) -> None:
+        """Wait for a token of `policy`'s rate and take it (for a destination the worker could not admit
+        by name: an MX domain whose rollup was unknown until its lookup)."""
+        key = policy.key
+        loop = asyncio.get_running_loop()
+        while self._stock[key] < 1:
+            self._refill(policy)
+            task = self._refills.get(key)
+            if task is not None and not task.done():  # awaiting a finished task would not yield to the loop
+                await asyncio.shield(task)
+            else:
+                await asyncio.sleep(max(0.005, self._empty_until.get(key, 0.0) - loop.time()))
+        self._stock[key] -= 1
+
     # --- the deliverer's gate ----------------------------------------------------------------
 
     def suspended(self, key: str) -> Suspension | None:
@@ -242,18 +309,11 @@ class Shaper:
         held = self.suspended(policy.key)
         if held is not None:
             return held
-        if policy.limits.rate is not None:
-            await self.tokens.until_due(policy)
-        return None
-
-    async def before_mail(self, policy: DestinationPolicy) -> None:
-        """Right before the message's `MAIL FROM` to the destination (its session ready to send it): take a token
-        of its rate, waiting for one (the attempt's admission took none, so the bucket spaces arrivals)."""
         ticket = TICKET.get()
-        admitted = ticket is not None and policy.key in ticket.untaken
-        if ticket is not None and admitted:
-            ticket.untaken.discard(policy.key)
-        await self.tokens.before_mail(policy, admitted=ticket.began if ticket is not None and admitted else None)
+        admitted = ticket is not None and any(p.key == policy.key for p in ticket.policies)
+        if policy.limits.rate is not None and not admitted:
+            await self._token(policy)
+        return None
 
     # --- slow start (probing.py) ---------------------------------------------------------------
 
@@ -524,20 +584,25 @@ class Shaper:
             logger.warning("the strikes of %s could not be cleared in the store: %s", key, exc)
 
     async def aclose(self) -> None:
-        await self.tokens.aclose()
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
         self.probes.close()
         for holder in list(self._renewing):
             self._stop_renewing(holder)
         if self._ending:  # probes ended after a session was accepted: let them reach the store
             await asyncio.gather(*self._ending, return_exceptions=True)
-        if self._refreshing is not None:
-            self._refreshing.cancel()
-            await asyncio.gather(self._refreshing, return_exceptions=True)
+        tasks = [*self._refills.values(), *([self._refreshing] if self._refreshing is not None else [])]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
 
 
 __all__ = [
     "BLOCKED_RECHECK",
     "GIVE_BACK_AFTER",
+    "RATE_TARGET",
     "TICKET",
     "VIEW_TTL",
     "Hold",

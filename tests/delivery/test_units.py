@@ -6,10 +6,9 @@ import asyncio
 
 import pytest
 
-from django_mailqueue.conf import MxRoute, QueueSettings, RelayRoute, Timeouts, load_settings
+from django_mailqueue.conf import MxRoute, QueueSettings, RelayRoute, Timeouts
 from django_mailqueue.core.clock import FakeClock
 from django_mailqueue.core.items import RecipientState, Reply
-from django_mailqueue.core.shaping import Suspension
 from django_mailqueue.delivery import (
     Deliverer,
     Envelope,
@@ -20,7 +19,6 @@ from django_mailqueue.delivery import (
 )
 from django_mailqueue.delivery import replies as r
 from django_mailqueue.delivery.addresses import parse_address, parse_sender
-from django_mailqueue.shaping import DestinationPolicy
 
 
 @pytest.mark.parametrize(
@@ -289,78 +287,3 @@ def test_a_worker_that_only_relays_never_loads_dnspython() -> None:
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
     assert done.stdout.strip() == "[]", done.stdout
-
-
-class GateLog:
-    """A `DestinationGate` that lets everything go and says when its rate's token was asked for."""
-
-    def __init__(self, log: list[str]) -> None:
-        self.log = log
-
-    def learn(self, domain: str, policy: DestinationPolicy) -> None:
-        pass
-
-    def suspended(self, key: str) -> Suspension | None:
-        return None
-
-    async def enter(self, policy: DestinationPolicy) -> Suspension | None:
-        return None
-
-    async def before_mail(self, policy: DestinationPolicy) -> None:
-        self.log.append("token")
-
-    async def current(self, key: str) -> Suspension | None:
-        return None
-
-    async def connect(self, key: str, holder: str, *, seconds: float, deadline: float) -> Suspension | None:
-        return None
-
-    def accepted(self, key: str, holder: str) -> None:
-        pass
-
-    def left(self, holder: str) -> None:
-        pass
-
-
-class LoggingTransport(FakeTransport):
-    def __init__(self, log: list[str]) -> None:
-        super().__init__()
-        self.log = log
-
-    async def send(self, target: Target, envelope: Envelope) -> SessionReport:
-        self.log.append("send")
-        return await super().send(target, envelope)
-
-
-class MailFromTransport(LoggingTransport):
-    """Awaits `before_mail` itself, as `SmtpTransport` does once its session is ready, twice (a second session)."""
-
-    calls_before_mail = True
-
-    async def send(self, target: Target, envelope: Envelope) -> SessionReport:
-        report = await super().send(target, envelope)
-        assert target.before_mail is not None
-        await target.before_mail()
-        await target.before_mail()
-        self.log.append("MAIL FROM")
-        return report
-
-
-@pytest.mark.parametrize(
-    ("transport", "expected"),
-    [(LoggingTransport, ["token", "send"]), (MailFromTransport, ["send", "token", "MAIL FROM"])],
-    ids=["transport without calls_before_mail", "transport that calls it"],
-)
-async def test_a_rates_token_is_taken_once_before_mail_from_or_before_send(
-    transport: type[LoggingTransport], expected: list[str]
-) -> None:
-    """A transport that awaits `Target.before_mail` right before its MAIL FROM gets the token then, once per
-    attempt; for one that does not, the deliverer takes it before `send`, so the rate holds either way."""
-    settings = load_settings({"HOSTNAME": "client.test", "ROUTES": {"*": {"HOST": "192.0.2.1", "RATE": "10/s"}}})
-    log: list[str] = []
-    deliverer = Deliverer(settings, transport=transport(log), resolver=FakeResolver(), gate=GateLog(log))
-
-    result = await deliverer.deliver("s@origin.test", ["a@one.test"], b"x")
-
-    assert [o.state for o in result.outcomes] == [RecipientState.DELIVERED]
-    assert log == expected

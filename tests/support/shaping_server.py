@@ -16,9 +16,7 @@ it gave (`throttled`). Modes, changeable while it runs:
 - `throttle`: a reply line given as the greeting of every connection, which
   is then closed (`b"421 4.7.0 Try again later, closing connection."`);
 - `blackhole`: connections are accepted and never greeted;
-- `delay`: seconds it takes to answer the end of each message;
-- `greeting_delays`: seconds before the greeting of each new connection, taken
-  in turn (a relay whose sessions take varying times to set up).
+- `delay`: seconds it takes to answer the end of each message.
 """
 
 from __future__ import annotations
@@ -41,8 +39,6 @@ class Connection:
     messages: int = 0
     #: the greeting was a throttling reply
     throttled: bool = False
-    #: when the greeting (220) was written
-    greeted: float | None = None
 
 
 @dataclass
@@ -63,8 +59,6 @@ class CountingSmtpServer(LoopThreadServer):
     blackhole: bool = False
     #: seconds before the reply to the end of each message
     delay: float = 0.0
-    #: seconds before each new connection's greeting, in turn
-    greeting_delays: tuple[float, ...] = ()
     sessions: list[Connection] = field(default_factory=list)
     accepted: list[Accepted] = field(default_factory=list)
     throttled: list[float] = field(default_factory=list)
@@ -116,10 +110,7 @@ class CountingSmtpServer(LoopThreadServer):
                 writer.write(self.throttle.rstrip(b"\r\n") + b"\r\n")
                 await writer.drain()
                 return
-            if self.greeting_delays:
-                await asyncio.sleep(self.greeting_delays[(len(self.sessions) - 1) % len(self.greeting_delays)])
             writer.write(b"220 counting.test ESMTP\r\n")
-            connection.greeted = time.monotonic()
             recipients: list[str] = []
             mail = False
             while True:

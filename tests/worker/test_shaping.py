@@ -230,43 +230,6 @@ async def test_a_relays_rate_is_kept(servers: Servers) -> None:
     assert relay.most_in_a_second(after=first) <= 22  # the first second too: the bucket starts full, of one
 
 
-class TakeTimes(MemoryStore):
-    """A memory store that notes when each take that got tokens ended, on the servers' clock."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.takes: list[tuple[float, int]] = []
-
-    def take_tokens(self, key: str, *, rate: float, burst: int, want: int, now: Any) -> int:
-        taken = super().take_tokens(key, rate=rate, burst=burst, want=want, now=now)
-        if taken:
-            self.takes.append((time.monotonic(), taken))
-        return taken
-
-
-async def test_a_token_is_taken_once_its_session_is_ready_not_when_its_attempt_starts(servers: Servers) -> None:
-    """A relay that takes 0.3 s to greet each new connection, a connection a message: every token is taken after
-    the greeting of a session it goes to (the k-th token after the k-th greeting), right before MAIL FROM. Taken at
-    admission, as before, the tokens of a batch of attempts were all taken before their connections were opened,
-    and the relay saw their messages arrive as their greetings allowed, not as the bucket spaced them."""
-    relay = servers.start("127.0.0.3", greeting_delays=(0.3,))
-    store = TakeTimes()
-    fill(store, "anywhere.test", 12)
-    route = {"HOST": "127.0.0.3", "PORT": servers.port, "TLS": "none", "RATE": "20/s", "MESSAGES_PER_CONNECTION": 1}
-    config = {
-        "STORE": {"BACKEND": "django_mailqueue.stores.memory.MemoryStore"},
-        "ROUTES": {"*": route},
-        "CONCURRENCY": 10,
-        "POLL_INTERVAL": 0.1,
-    }
-    await worker(config, store, once=True).run()
-    assert len(relay.accepted) == 12 and len(relay.sessions) >= 12
-    greetings = sorted(c.greeted for c in relay.sessions if c.greeted is not None)
-    tokens = [at for at, taken in store.takes for _ in range(taken)]  # "20/s": a bucket of one, a token a take
-    assert len(tokens) == 12
-    assert all(token >= greeted for token, greeted in zip(tokens, greetings, strict=False)), (tokens, greetings)
-
-
 # --- suspensions ---------------------------------------------------------------------------
 
 
