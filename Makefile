@@ -34,11 +34,14 @@ typecheck: $(STAMP)
 # pytest on two pytest-xdist workers: the suite waits on sockets, timeouts and subprocesses more than it computes.
 # Each worker has its own PostgreSQL test database (pytest-django's _gw0, _gw1 suffix) and Redis database
 # (MAILQUEUE_TEST_REDIS's number + the worker's index); the tests that share a session's servers or browser run
-# on one worker (tests/conftest.py's XDIST_GROUPS). In one process: `make test PYTEST_ARGS=`.
+# on one worker (tests/conftest.py's XDIST_GROUPS). In one process: `make test PYTEST_ARGS=`. The tests marked
+# `alone` (four worker processes held to a relay's rate) run afterwards in a pytest of their own, nothing beside them.
 PYTEST_ARGS ?= -n 2 --dist loadgroup
+ALONE_ARGS ?= -p no:cacheprovider
 
 pytest: $(STAMP)
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest $(PYTEST_ARGS) -m "not alone"
+	$(BIN)/pytest $(ALONE_ARGS) -m alone
 
 test: lint typecheck pytest
 
