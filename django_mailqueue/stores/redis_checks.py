@@ -80,21 +80,27 @@ def _every_layout(key_prefix: str) -> tuple[tuple[str, int, int], ...]:
     )
 
 
-def other_layouts(key_prefix: str, partitions: int) -> dict[str, tuple[int, int]]:
+#: A stranded partition: its number and every `partitions` count that has its tag (a tag may be several counts').
+Where = tuple[int, tuple[int, ...]]
+
+
+def other_layouts(key_prefix: str, partitions: int) -> dict[str, Where]:
     """The items key of every partition that another `partitions` count has and this one does not reach, with the
-    first (partition, count) that has it: a partition's hash tag depends on the count (docs/redis.md)."""
+    partition and the counts that have it: a partition's hash tag depends on the count (docs/redis.md)."""
     from .redis_layout import Keys, layout_prefix
 
     reached = {layout_prefix(key_prefix, cluster=True, partition=p, partitions=partitions) for p in range(partitions)}
-    found: dict[str, tuple[int, int]] = {}
+    found: dict[str, Where] = {}
     for prefix, partition, count in _every_layout(key_prefix):
         if prefix not in reached:
-            found.setdefault(Keys(prefix).items, (partition, count))
+            key = Keys(prefix).items
+            _, counts = found.get(key, (partition, ()))
+            found[key] = (partition, (*counts, count))
     return found
 
 
-def stranded_partitions(store: RedisStore) -> dict[tuple[int, int], int]:
-    """The items held by partitions the store does not reach, by (partition, the count that has it); nothing
+def stranded_partitions(store: RedisStore) -> dict[Where, int]:
+    """The items held by partitions the store does not reach, by (partition, the counts that have it); nothing
     off a Cluster. One pipeline of `ZCARD`s a primary."""
     if not store.cluster:
         return {}
@@ -134,9 +140,13 @@ STRANDED_HINT = (
 )
 
 
-def stranded_text(store: RedisStore, stranded: dict[tuple[int, int], int]) -> str:
-    """What E030 says of `stranded_partitions(store)`: each partition and its items (no URL, no credentials)."""
-    held = ", ".join(f"partition {p} of {n}: {count} items" for (p, n), count in sorted(stranded.items()))
+def stranded_text(store: RedisStore, stranded: dict[Where, int]) -> str:
+    """What E030 says of `stranded_partitions(store)`: each partition, the counts that have it, and its items (no
+    URL, no credentials): `partition 1 of 2 or 3: 4 items`."""
+    held = ", ".join(
+        f"partition {p} of {' or '.join(map(str, counts))}: {count} items"
+        for (p, counts), count in sorted(stranded.items())
+    )
     return (
         f"the Redis store's queue holds items in partitions that 'partitions' "
         f"{len(getattr(store, 'parts', [store]))} does not reach ({held}): they would never be delivered"
