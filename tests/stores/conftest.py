@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
 
 import pytest
 
-from django_mailqueue.stores.redis import RedisStore
 from tests.support.redis_server import delete_prefix, unique_prefix
+from tests.support.redis_stores import Maker, redis_stores
 
-Maker = Callable[..., RedisStore]
+__all__ = ["Maker"]
 
 
 @pytest.fixture
@@ -24,13 +23,5 @@ def redis_prefix(redis_url: str) -> Iterator[str]:
 @pytest.fixture
 def make(redis_url: str, redis_prefix: str) -> Iterator[Maker]:
     """Redis stores on the test's prefix (several share it, as processes would); closed afterwards."""
-    made: list[RedisStore] = []
-
-    def build(max_items: int | None = None, **options: Any) -> RedisStore:
-        store = RedisStore({"url": redis_url, "key_prefix": redis_prefix, **options}, max_items=max_items)
-        made.append(store)
-        return store
-
-    yield build
-    for store in made:
-        store.close()
+    with redis_stores(lambda: {"url": redis_url, "key_prefix": redis_prefix}) as build:
+        yield build

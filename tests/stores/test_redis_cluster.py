@@ -7,20 +7,17 @@ import asyncio
 import re
 import uuid
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import pytest
 import redis
 
 from django_mailqueue.core.items import CompleteRequest, Completion, RecipientState
-from django_mailqueue.stores.base import QueueStore
 from django_mailqueue.stores.redis import RedisStore
 from django_mailqueue.stores.redis_layout import layout_prefix
-from django_mailqueue.testing import QueueStoreContract
 from django_mailqueue.testing.contract import T0, StoreFactory, at, new_item, outcome
 from tests.stores import test_redis as redis_tests
-from tests.stores.test_redis_contract import AsyncTwins, LoopThread
 from tests.support.redis_cluster import ClusterSetup
+from tests.support.redis_stores import AsyncTwinsContract, Maker, RedisContract, async_twins, redis_stores
 
 pytestmark = pytest.mark.redis
 
@@ -34,50 +31,22 @@ def _prefix(tag: str) -> str:
     return f"mqtest-cluster-{tag}-{uuid.uuid4().hex[:12]}:"
 
 
-class TestRedisStoreOnCluster(QueueStoreContract):
+class TestRedisStoreOnCluster(RedisContract):
     """The whole contract through redis-py's cluster client, on three primaries."""
 
     @pytest.fixture
     def make_store(self, cluster: ClusterSetup) -> Iterator[StoreFactory]:
-        made: list[RedisStore] = []
-
-        def make(max_items: int | None = None) -> QueueStore:
-            store = RedisStore(cluster.options(key_prefix=_prefix("s")), max_items=max_items)
-            made.append(store)
-            return store
-
-        yield make
-        for store in made:
-            store.close()
-
-    def end_thread(self) -> None:
-        pass
+        with redis_stores(lambda: cluster.options(key_prefix=_prefix("s"))) as make:
+            yield make
 
 
-class TestRedisStoreOnClusterAsync(QueueStoreContract):
+class TestRedisStoreOnClusterAsync(AsyncTwinsContract):
     """The whole contract through the asyncio twins, on redis-py's asyncio cluster client."""
 
     @pytest.fixture
     def make_store(self, cluster: ClusterSetup) -> Iterator[StoreFactory]:
-        loop = LoopThread()
-        made: list[RedisStore] = []
-
-        def make(max_items: int | None = None) -> QueueStore:
-            inner = RedisStore(cluster.options(key_prefix=_prefix("a")), max_items=max_items)
-            made.append(inner)
-            return AsyncTwins(inner, loop)
-
-        yield make
-        for inner in made:
-            loop.call(inner.aclose())
-        loop.stop()
-
-    def end_thread(self) -> None:
-        pass
-
-    def lose_message(self, store: QueueStore, item_id: uuid.UUID) -> None:
-        assert isinstance(store, AsyncTwins)
-        super().lose_message(store.inner, item_id)
+        with async_twins(lambda: cluster.options(key_prefix=_prefix("a"))) as make:
+            yield make
 
 
 def test_every_key_of_the_queue_is_in_one_slot_of_one_primary(cluster: ClusterSetup) -> None:
@@ -202,51 +171,23 @@ def _partitioned(cluster: ClusterSetup, tag: str, max_items: int | None = None, 
     return RedisStore(cluster.options(key_prefix=_prefix(tag), partitions=partitions), max_items=max_items)
 
 
-class TestPartitionedStoreOnCluster(QueueStoreContract):
+class TestPartitionedStoreOnCluster(RedisContract):
     """The whole contract on a queue of three partitions (but the claim order across partitions: `in_add_order` is
     False; see the tests below), `max_items` under concurrent adders included."""
 
     @pytest.fixture
     def make_store(self, cluster: ClusterSetup) -> Iterator[StoreFactory]:
-        made: list[RedisStore] = []
-
-        def make(max_items: int | None = None) -> QueueStore:
-            store = _partitioned(cluster, "p", max_items)
-            made.append(store)
-            return store
-
-        yield make
-        for store in made:
-            store.close()
-
-    def end_thread(self) -> None:
-        pass
+        with redis_stores(lambda: cluster.options(key_prefix=_prefix("p"), partitions=3)) as make:
+            yield make
 
 
-class TestPartitionedStoreOnClusterAsync(QueueStoreContract):
+class TestPartitionedStoreOnClusterAsync(AsyncTwinsContract):
     """The same through the asyncio twins."""
 
     @pytest.fixture
     def make_store(self, cluster: ClusterSetup) -> Iterator[StoreFactory]:
-        loop = LoopThread()
-        made: list[RedisStore] = []
-
-        def make(max_items: int | None = None) -> QueueStore:
-            inner = _partitioned(cluster, "pa", max_items)
-            made.append(inner)
-            return AsyncTwins(inner, loop)
-
-        yield make
-        for inner in made:
-            loop.call(inner.aclose())
-        loop.stop()
-
-    def end_thread(self) -> None:
-        pass
-
-    def lose_message(self, store: QueueStore, item_id: uuid.UUID) -> None:
-        assert isinstance(store, AsyncTwins)
-        super().lose_message(store.inner, item_id)
+        with async_twins(lambda: cluster.options(key_prefix=_prefix("pa"), partitions=3)) as make:
+            yield make
 
 
 def test_partitions_spread_the_queue_one_a_primary(cluster: ClusterSetup) -> None:
@@ -439,18 +380,10 @@ class TestOnCommitInPartitions(redis_tests.TestOnCommit):
     moving shares when its partition's is short."""
 
     @pytest.fixture
-    def make(self, cluster: ClusterSetup) -> Iterator[Callable[..., RedisStore]]:
+    def make(self, cluster: ClusterSetup) -> Iterator[Maker]:
         prefix = _prefix("commit")
-        made: list[RedisStore] = []
-
-        def build(max_items: int | None = None, **options: Any) -> RedisStore:
-            store = RedisStore(cluster.options(key_prefix=prefix, partitions=3, **options), max_items=max_items)
-            made.append(store)
-            return store
-
-        yield build
-        for store in made:
-            store.close()
+        with redis_stores(lambda: cluster.options(key_prefix=prefix, partitions=3)) as build:
+            yield build
 
     def test_a_commit_moves_shares_for_its_batch(self, make: Callable[..., RedisStore]) -> None:
         from django.db import transaction

@@ -9,12 +9,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from django_mailqueue.stores.base import QueueStore
 from django_mailqueue.stores.redis import RedisStore
-from django_mailqueue.testing import QueueStoreContract
 from django_mailqueue.testing.contract import T0, StoreFactory, new_item
 from tests.stores.test_redis_contract import acl_rules
 from tests.support.redis_cluster import ClusterSetup
+from tests.support.redis_stores import RedisContract, redis_stores
 
 pytestmark = pytest.mark.redis
 
@@ -34,27 +33,15 @@ def cluster_acl_user(redis_cluster: ClusterSetup) -> Iterator[tuple[dict[str, st
             admin.execute_command("ACL", "DELUSER", user)
 
 
-class TestPartitionedStoreAsDocumentedAclUser(QueueStoreContract):
+class TestPartitionedStoreAsDocumentedAclUser(RedisContract):
     """The whole contract on three partitions, as the documented user."""
 
     @pytest.fixture
     def make_store(self, cluster_acl_user: tuple[dict[str, str], str]) -> Iterator[StoreFactory]:
         where, prefix = cluster_acl_user
-        made: list[RedisStore] = []
-
-        def make(max_items: int | None = None) -> QueueStore:
-            assert not made, "the ACL suite builds one store per test (the user's prefix)"
-            options = {**where, "cluster": True, "key_prefix": prefix, "partitions": 3}
-            store = RedisStore(options, max_items=max_items)
-            made.append(store)
-            return store
-
-        yield make
-        for store in made:
-            store.close()
-
-    def end_thread(self) -> None:
-        pass
+        options = {**where, "cluster": True, "key_prefix": prefix, "partitions": 3}
+        with redis_stores(lambda: options, one=True) as make:
+            yield make
 
 
 def test_an_add_in_any_partition_wakes_the_documented_user(cluster_acl_user: tuple[dict[str, str], str]) -> None:

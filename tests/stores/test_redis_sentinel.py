@@ -3,7 +3,6 @@ test's own (with WAIT for the replica), django-redis's Sentinel cache, and a fai
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,11 +12,11 @@ from django.test import override_settings
 
 from django_mailqueue.core.items import Completion, RecipientState
 from django_mailqueue.stores import get_store
-from django_mailqueue.stores.base import QueueStore
 from django_mailqueue.stores.redis import RedisStore
-from django_mailqueue.testing import QueueStoreContract
 from django_mailqueue.testing.contract import T0, StoreFactory, at, new_item, outcome
 from tests.support.redis_sentinel import SERVICE, SentinelSetup
+from tests.support.redis_server import unique_prefix
+from tests.support.redis_stores import RedisContract, redis_stores
 
 pytestmark = pytest.mark.redis
 
@@ -32,25 +31,16 @@ def sentinel_setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sentine
         yield setup
 
 
-class TestRedisStoreThroughSentinel(QueueStoreContract):
+class TestRedisStoreThroughSentinel(RedisContract):
     """The whole contract, the primary found through the sentinels, every write waiting for the replica."""
 
     @pytest.fixture
     def make_store(self, sentinel_setup: SentinelSetup) -> Iterator[StoreFactory]:
-        made: list[RedisStore] = []
+        def options() -> dict[str, Any]:
+            return sentinel_setup.options(key_prefix=unique_prefix("sentinel"), sync_replicas=1)
 
-        def make(max_items: int | None = None) -> QueueStore:
-            prefix = f"mqtest-sentinel-{uuid.uuid4().hex[:12]}:"
-            store = RedisStore(sentinel_setup.options(key_prefix=prefix, sync_replicas=1), max_items=max_items)
-            made.append(store)
-            return store
-
-        yield make
-        for store in made:
-            store.close()
-
-    def end_thread(self) -> None:
-        pass
+        with redis_stores(options) as make:
+            yield make
 
 
 def test_the_options_name_the_service_and_no_password(sentinel_setup: SentinelSetup) -> None:
