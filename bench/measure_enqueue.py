@@ -1,6 +1,7 @@
 """Enqueue rate through Django's mail API: one `send_mail()` a call, and `send_mass_mail()` in batches of 100, every
 library on SQLite and PostgreSQL (ours: Redis), PostgreSQL with Django's default and with tuned `OPTIONS`;
-post-office's own `send_many`; and the commit floor on each database (bench/commit_floor.py)."""
+post-office's own `send_many`; the commit floor on each database (bench/commit_floor.py); and the bulk floor on
+SQLite (bench/bulk_floor.py)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,12 @@ import contextlib
 import json
 
 from . import procs
-from .context import ALL, BENCH, OURS_PY, PO_PG, PO_SQLITE, TUNED, Context
+from .context import ALL, BENCH, OURS_PY, PO_PG, PO_SQLITE, REPO, TUNED, Context
 from .measure_raw import plain_env
 
 MEASURES = {"single": "enqueue.single", "batch": "enqueue.batch", "sendmany": "enqueue.sendmany"}
 FLOOR = "enqueue.floor"
+BULK_FLOOR = "enqueue.bulk_floor"
 
 
 def run(ctx: Context) -> None:
@@ -40,6 +42,7 @@ def run(ctx: Context) -> None:
                     ctx.log(f"{measure} {cfg.key} run {rep + 1}: ERROR {exc}")
         for db in ("sqlite", "postgres"):
             floor(ctx, db, rep)
+        bulk_floor(ctx, rep)
 
 
 def floor(ctx: Context, db: str, rep: int) -> None:
@@ -70,3 +73,24 @@ def floor(ctx: Context, db: str, rep: int) -> None:
         else:
             with contextlib.suppress(Exception):
                 ctx.servers.postgres.drop_db(name)
+
+
+def bulk_floor(ctx: Context, rep: int) -> None:
+    """One run of the bulk floor (batches of 100, one row a message) on a new SQLite file."""
+    path = ctx.runs / f"bulk_floor_{rep + 1}.sqlite3"
+    cmd = [str(OURS_PY), "-m", "bench.bulk_floor", "--sqlite", str(path), "--count", str(ctx.args.n)]
+    env = {**plain_env(), "BENCH_DB": "sqlite", "DJANGO_SETTINGS_MODULE": "bench.projects.ours_settings"}
+    try:
+        res = procs.run([*cmd, "--size", str(ctx.args.size)], env=env, cwd=REPO, timeout=1800).check("the bulk floor")
+        out = json.loads(res.stdout.strip().splitlines()[-1])
+        rate = out["count"] / out["seconds"]
+        ctx.record(
+            BULK_FLOOR, "sqlite", "msg/s", rate, seconds=out["seconds"], count=out["count"], layouts=out["layouts"]
+        )
+        ctx.log(f"{BULK_FLOOR} sqlite run {rep + 1}: {rate:,.0f} msg/s")
+    except Exception as exc:  # noqa: BLE001 - the floor is context; its failure must not stop the run
+        ctx.mark(BULK_FLOOR, "sqlite", "msg/s", "error", f"{type(exc).__name__}: {exc}")
+        ctx.log(f"{BULK_FLOOR} sqlite run {rep + 1}: ERROR {exc}")
+    finally:
+        for suffix in ("", "-journal"):
+            path.with_name(path.name + suffix).unlink(missing_ok=True)
