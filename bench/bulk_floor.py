@@ -9,7 +9,8 @@ queue promises a caller when the call returns (docs/performance.md, "The bulk en
 
 - Django's `EmailMessage`, which `send_mass_mail()` makes for every library;
 - the exact bytes Django's SMTP backend would send, the envelope, the refusal of bad input in the call, the
-  size limit and the item's id: our `message_to_item`, as the backend calls it;
+  size limit and the item's id: our `message_to_item`, as the backend calls it, and the store contract's
+  `check_new_item` (every store refuses the same input, whoever calls `add_many`);
 - the least a claimable item writes, through `sqlite3` alone with Django's file settings (rollback journal,
   `synchronous=FULL`), in the faster of two layouts: `one_row` (`bench.sqlite_single.ONE_ROW`: the item with
   its recipient and its bytes, found by id and claimable in due order by queue — the four indexes a new item
@@ -55,6 +56,7 @@ def on_sqlite(path: Path, layout: str, count: int, size: int) -> float:
     from bench import driver
     from django_mailqueue.conf import get_settings
     from django_mailqueue.envelopes import message_to_item
+    from django_mailqueue.stores.inputs import check_new_item
 
     settings = get_settings()
     fresh(path)
@@ -73,6 +75,7 @@ def on_sqlite(path: Path, layout: str, count: int, size: int) -> float:
                 max_message_size=settings.max_message_size,
                 route_for=settings.route_for,
             )
+            check_new_item(item)
             rcpt = item.recipients[0]
             domain = rcpt.rpartition("@")[2]
             rows.append(
