@@ -251,7 +251,7 @@ def seed_redis(url: str, items: int, prefix: str) -> dict[str, float]:
     10,000 items a pipeline; the prefix's keys dropped first."""
     import redis
 
-    from django_mailqueue.stores.redis_layout import Keys, seed_commands
+    from django_mailqueue.stores.redis_layout import SEARCH_LAYOUT, Keys, seed_commands
 
     client = redis.Redis.from_url(url)
     keys = Keys(prefix)
@@ -269,7 +269,7 @@ def seed_redis(url: str, items: int, prefix: str) -> dict[str, float]:
             pipe.execute()
     pipe.execute_command("SET", keys.seq, items)
     pipe.execute_command("SET", keys.schema, _layout_version())
-    pipe.execute_command("SET", keys.search_index, "1")  # every item written with its search terms
+    pipe.execute_command("SET", keys.search_layout, SEARCH_LAYOUT)  # every item written with its search terms
     pipe.execute()
     took["items"] = time.perf_counter() - started
     return took

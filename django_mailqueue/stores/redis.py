@@ -185,13 +185,17 @@ class RedisStore(RedisMessages, RedisReading, RedisSuppressionList, RedisShaping
         added, shapes = [], []
         keys = [self.keys.schema, self.keys.seq, self.keys.items, self.keys.queues, *self._marker(), *self.keys.indexes]
         keys += self._quota_key(bound)
+        kinds: dict[tuple[str, str], None] = {}  # the items' (queue, domains): their index keys named once
         for new in items:
             item = as_added(new, now, now_us)
             shape = _shape(item)
             args += item_args(new, item, now_us, shape)
             added.append(item)
             shapes.append(shape)
-            keys += self.keys.of_item(new.id, shape)
+            keys += [self.keys.item(new.id), self.keys.message(new.id)]
+            kinds[shape[0], shape[1]] = None
+        for queue, item_domains in kinds:
+            keys += self.keys.of_shape(queue, item_domains)
         return _AddPlan(tuple(dict.fromkeys(keys)), tuple(args), tuple(added), tuple(shapes))
 
     def _added(self, plan: _AddPlan, reply: Any) -> builtins.list[QueueItem]:

@@ -22,7 +22,7 @@ from . import redis_connection as conn
 from . import redis_scripts as scripts
 from . import redis_sentinel as sentinel
 from .redis_cluster import MOST_REDIRECTS, AsyncSlotFinder, SlotFinder, is_moved, is_redirect
-from .redis_layout import LAYOUT_VERSION, Keys, fields, text
+from .redis_layout import LAYOUT_VERSION, SEARCH_LAYOUT, Keys, fields, text
 
 logger = logging.getLogger("django_mailqueue.stores.redis")
 
@@ -200,7 +200,7 @@ class RedisClients:
             try:
                 client = self.sync()
                 if not self.ready:
-                    self._check_schema(scripts.SCHEMA.run(client, self._schema_keys, [LAYOUT_VERSION]))
+                    self._check_schema(scripts.SCHEMA.run(client, self._schema_keys, self._schema_args))
                     with contextlib.suppress(redis.RedisError):
                         self._note_policy(client.config_get("maxmemory-policy"))
                 return work(client)
@@ -219,7 +219,7 @@ class RedisClients:
             try:
                 client = await self._aclient()
                 if not self.ready:
-                    self._check_schema(await scripts.SCHEMA.arun(client, self._schema_keys, [LAYOUT_VERSION]))
+                    self._check_schema(await scripts.SCHEMA.arun(client, self._schema_keys, self._schema_args))
                     with contextlib.suppress(redis.RedisError):
                         self._note_policy(await client.config_get("maxmemory-policy"))
                 return await work(client)
@@ -300,8 +300,12 @@ class RedisClients:
 
     @property
     def _schema_keys(self) -> list[str]:
-        """schema.lua's keys: the layout's, and the search's index mark a new prefix starts with."""
-        return [self.keys.schema, self.keys.search_index]
+        """schema.lua's keys: the layout's, and the search's layout mark a new prefix starts with."""
+        return [self.keys.schema, self.keys.search_layout]
+
+    @property
+    def _schema_args(self) -> list[scripts.Arg]:
+        return [LAYOUT_VERSION, SEARCH_LAYOUT]
 
     def _check_schema(self, found: Any) -> None:
         kind, value = (text(part) for part in found)

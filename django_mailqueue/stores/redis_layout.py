@@ -17,6 +17,8 @@ from . import redis_scripts as scripts
 
 #: What `<prefix>schema` holds: the layout of the keys below, version 1.
 LAYOUT_VERSION = "django-mailqueue:1"
+#: What `<prefix>search_layout` holds once the search's indexes (`words`, `addrs`) hold every item.
+SEARCH_LAYOUT = "2"
 
 
 def layout_prefix(key_prefix: str, *, cluster: bool = False, partition: int = 0, partitions: int = 1) -> str:
@@ -176,8 +178,13 @@ class Keys:
     def tried_domain(self, domain: str) -> str:
         return f"{self.prefix}tried_domain:{domain}"
 
+    @property
+    def words(self) -> str:
+        """Every subject word with its item, `<word>\\0<member>`, all scored 0 (the search's words)."""
+        return f"{self.prefix}words"
+
     def word(self, word: str) -> str:
-        """A subject word's items, by next attempt (the search)."""
+        """A subject word's items by next attempt: the search's index before `words` (reindex.lua deletes it)."""
         return f"{self.prefix}word:{word}"
 
     @property
@@ -186,28 +193,34 @@ class Keys:
         return f"{self.prefix}addrs"
 
     @property
-    def search_index(self) -> str:
-        """Set once `word:<w>` and `addrs` hold every item: by schema.lua for a new prefix, else by
+    def search_layout(self) -> str:
+        """`SEARCH_LAYOUT` once `words` and `addrs` hold every item: set by schema.lua for a new prefix, else by
         `RedisStore.build_search_index` (`manage.py mailqueue_search_index`)."""
+        return f"{self.prefix}search_layout"
+
+    @property
+    def search_index(self) -> str:
+        """The mark of the layout before (`word:<w>` and `addrs` held every item): build_search_index deletes it."""
         return f"{self.prefix}search_index"
 
     # what a script that writes items declares (every key it touches is in KEYS: lua/keys.lua)
 
     def of_item(self, item_id: uuid.UUID | str, shape: tuple[str, str, str]) -> builtins.list[str]:
         """An item's keys, its queue's ready set and the admin indexes it is in or may enter (`shape`: its queue,
-        and its recipients' domains and its subject's words as its hash keeps them)."""
-        queue, item_domains, item_words = shape
-        names = [self.item(item_id), self.message(item_id), self.ready(queue), self.queue(queue)]
-        names.append(self.tried_queue(queue))
+        and its recipients' domains as its hash keeps them; its words name no key: `words` is one of `indexes`)."""
+        return [self.item(item_id), self.message(item_id), *self.of_shape(shape[0], shape[1])]
+
+    def of_shape(self, queue: str, item_domains: str) -> builtins.list[str]:
+        """The keys of the indexes an item of that queue and those recipient domains is in or may enter."""
+        names = [self.ready(queue), self.queue(queue), self.tried_queue(queue)]
         for domain in item_domains.split():
             names += [self.domain(domain), self.tried_domain(domain)]
-        names += [self.word(word) for word in item_words.split()]
         return names
 
     @property
     def indexes(self) -> builtins.list[str]:
         """The indexes every item is in or may enter (store_items.lua's `index_item`, complete.lua's `keep`)."""
-        return [self.ids, self.queue_names, self.tried, self.failed, self.addrs]
+        return [self.ids, self.queue_names, self.tried, self.failed, self.words, self.addrs]
 
 
 #: The fields of an item's hash that name its keys, and never change: `queue`, `domains`, `words`.
@@ -264,7 +277,7 @@ def item_args(
 
 
 def words(subject: str) -> str:
-    """The subject's words as the item's hash keeps them (`words`, the search's `word:<w>` sets): lowercase,
+    """The subject's words as the item's hash keeps them (`words`, the search's `words` set): lowercase,
     distinct, space-separated (`core.search.subject_words`: a word holds no space)."""
     return " ".join(sorted(subject_words(subject)))
 
@@ -314,7 +327,7 @@ def seed_commands(keys: Keys, item: QueueItem, seq: int, message: bytes) -> buil
         ("ZADD", keys.ids, "0", item.id.hex),
         ("ZADD", keys.queue(item.queue), due, member),
         *(("ZADD", keys.domain(domain), due, member) for domain in domains(item.recipients).split()),
-        *(("ZADD", keys.word(word), due, member) for word in words(item.subject).split()),
+        *(("ZADD", keys.words, "0", f"{word}\0{member}") for word in words(item.subject).split()),
         *(
             ("ZADD", keys.addrs, "0", f"{address}\0{member}")
             for address in addresses(r.address for r in item.recipients).split("\n")

@@ -22,7 +22,7 @@ from . import redis_scripts as scripts
 from .base import OVERVIEW_QUEUES, QueueStore
 from .inputs import check_order
 from .redis_clients import SyncClient
-from .redis_layout import Keys, addresses, fields, text, to_item, words
+from .redis_layout import SEARCH_LAYOUT, Keys, addresses, fields, text, to_item, words
 
 _R = TypeVar("_R")
 
@@ -44,7 +44,7 @@ class RedisReading(QueueStore):
 
     keys: Keys
     key_prefix: str
-    #: `<prefix>search_index` was seen: `word:<w>` and `addrs` hold every item (docs/admin.md, "Search")
+    #: `<prefix>search_layout` was seen at `SEARCH_LAYOUT`: `words` and `addrs` hold every item (docs/admin.md)
     _search_indexed: bool = False
 
     @abc.abstractmethod
@@ -117,11 +117,10 @@ class RedisReading(QueueStore):
         return query
 
     def _search_ready(self) -> bool:
-        """Whether the search's indexes hold every item (`<prefix>search_index`, asked until it is there)."""
+        """Whether the search's indexes hold every item (`<prefix>search_layout`, asked until it says so)."""
         if not self._search_indexed:
-            self._search_indexed = bool(
-                self._do(lambda client: client.execute_command("EXISTS", self.keys.search_index))
-            )
+            found = self._do(lambda client: client.execute_command("GET", self.keys.search_layout))
+            self._search_indexed = found is not None and text(found) == SEARCH_LAYOUT
         return self._search_indexed
 
     def _term_members(self, query: ItemQuery) -> builtins.list[bytes] | None:
@@ -162,40 +161,27 @@ class RedisReading(QueueStore):
 
     def _term_scores(self, term: Term) -> dict[bytes, float] | None:
         """The members (and next attempts) of the items a term finds: recipients' addresses starting with it
-        (a `ZRANGEBYLEX` of `addrs`, scored from `items`), and for a word its subject set; None past the bound."""
+        (a `ZRANGEBYLEX` of `addrs`), and for a word the items whose subject has it (one of `words`: its entries
+        `<word>\\0<member>`), scored from `items`; None past the bound."""
         low = b"[" + term.text.encode()
-        word = self.keys.word(term.text)
+        ranges = [(self.keys.addrs, low, low + b"\xff")]
+        if term.word:
+            ranges.append((self.keys.words, low + b"\0", low + b"\0\xff"))
 
         def first(client: SyncClient[bytes]) -> builtins.list[Any]:
             pipe = client.pipeline(transaction=False)
-            pipe.execute_command("ZRANGEBYLEX", self.keys.addrs, low, low + b"\xff", "LIMIT", 0, SEARCH_BOUND + 1)  # type: ignore[no-untyped-call]
-            pipe.execute_command("ZCARD", word) if term.word else None  # type: ignore[no-untyped-call]
+            for key, start, end in ranges:
+                pipe.execute_command("ZRANGEBYLEX", key, start, end, "LIMIT", 0, SEARCH_BOUND + 1)  # type: ignore[no-untyped-call]
             return pipe.execute()
 
         replies = self._do(first)
-        if len(replies[0]) > SEARCH_BOUND or (term.word and int(replies[1]) > SEARCH_BOUND):
+        if any(len(listed) > SEARCH_BOUND for listed in replies):
             return None
-        members = builtins.list(dict.fromkeys(entry.partition(b"\0")[2] for entry in replies[0]))
-
-        def second(client: SyncClient[bytes]) -> builtins.list[Any]:
-            pipe = client.pipeline(transaction=False)
-            if members:
-                pipe.execute_command("ZMSCORE", self.keys.items, *members)  # type: ignore[no-untyped-call]
-            if term.word:
-                pipe.execute_command("ZRANGE", word, 0, -1, "WITHSCORES")  # type: ignore[no-untyped-call]
-            return pipe.execute() if members or term.word else []
-
-        replies = self._do(second)
-        scores = {m: float(s) for m, s in zip(members, replies.pop(0) if members else [], strict=True) if s is not None}
-        if term.word:
-            listed = replies.pop(0)  # [member, score] pairs (RESP3) or one flat list (RESP2)
-            pairs = (
-                listed
-                if listed and isinstance(listed[0], list | tuple)
-                else zip(listed[::2], listed[1::2], strict=True)
-            )
-            scores.update({member: float(score) for member, score in pairs})
-        return scores
+        members = builtins.list(dict.fromkeys(entry.partition(b"\0")[2] for listed in replies for entry in listed))
+        if not members:
+            return {}
+        scores = self._do(lambda client: client.execute_command("ZMSCORE", self.keys.items, *members))
+        return {m: float(s) for m, s in zip(members, scores, strict=True) if s is not None}
 
     def _walk(self, members: Sequence[bytes], query: ItemQuery, *, need: int | None) -> Iterator[QueueItem]:
         """The items of `members`, in that order, that pass `query`: read a batch of hashes at a time, the first
@@ -223,10 +209,11 @@ class RedisReading(QueueStore):
         return lambda client: client.execute_command("ZRANGEBYLEX", self.keys.ids, after, b"+", "LIMIT", 0, batch)
 
     def build_search_index(self, *, batch: int = 500) -> int:
-        """Put the items queued before the search had indexes into them (`word:<w>`, `addrs`; reindex.lua), then
-        mark them whole (`<prefix>search_index`); until then a search reads and tests the items. Walks `ids`
-        (items that move keep their place there; items added meanwhile are indexed by add.lua). Returns how many
-        items it indexed. `manage.py mailqueue_search_index` runs it."""
+        """Put the items queued before the search had its present indexes into them (`words`, `addrs`;
+        reindex.lua, which deletes the `word:<w>` sets of the layout before), then mark them whole
+        (`<prefix>search_layout`, and the mark before deleted); until then a search reads and tests the items.
+        Walks `ids` (items that move keep their place there; items added meanwhile are indexed by add.lua).
+        Returns how many items it indexed. `manage.py mailqueue_search_index` runs it."""
         done, after = 0, b"-"
         while True:
             found: builtins.list[bytes] = self._do(self._ids_after(after, batch))
@@ -237,18 +224,25 @@ class RedisReading(QueueStore):
             def work(client: SyncClient[bytes], found: Sequence[bytes] = found) -> int:
                 pipe = client.pipeline(transaction=False)
                 for hex_id in found:
-                    pipe.execute_command("HMGET", self.keys.item(uuid.UUID(hex=text(hex_id))), "subject", "rcpts")  # type: ignore[no-untyped-call]
+                    pipe.execute_command(
+                        "HMGET", self.keys.item(uuid.UUID(hex=text(hex_id))), "subject", "rcpts", "words"
+                    )  # type: ignore[no-untyped-call]
                 args: builtins.list[scripts.Arg] = [self.keys.prefix, "0"]
-                for hex_id, (subject, rcpts) in zip(found, pipe.execute(), strict=True):
+                keys = [self.keys.items, self.keys.words, self.keys.addrs]
+                for hex_id, (subject, rcpts, held) in zip(found, pipe.execute(), strict=True):
                     if rcpts is None:
                         continue  # gone meanwhile
+                    item_id = uuid.UUID(hex=text(hex_id))
                     listed = (entry[0] for entry in json.loads(rcpts))
-                    args += [str(uuid.UUID(hex=text(hex_id))), words(text(subject or b"")), addresses(listed)]
-                args[1] = str((len(args) - 2) // 3)
-                return int(scripts.REINDEX.run(client, [self.keys.items], args))
+                    old = text(held or b"")
+                    args += [str(item_id), words(text(subject or b"")), addresses(listed), old]
+                    keys += [self.keys.item(item_id), *(self.keys.word(word) for word in old.split())]
+                args[1] = str((len(args) - 2) // 4)
+                return int(scripts.REINDEX.run(client, builtins.list(dict.fromkeys(keys)), args))
 
             done += self._do(work)
-        self._do(lambda client: client.execute_command("SET", self.keys.search_index, "1"))
+        self._do(lambda client: client.execute_command("SET", self.keys.search_layout, SEARCH_LAYOUT))
+        self._do(lambda client: client.execute_command("DEL", self.keys.search_index))
         self._search_indexed = True
         return done
 

@@ -194,7 +194,7 @@ DEFER_DESTINATION = LuaScript("defer_destination", uses=["store_items"])
 SUPPRESSION = LuaScript("suppression", uses=["store_suppressions"], wrote=lambda reply: int(reply) > 0)
 SELECT = LuaScript("select")
 OVERVIEW = LuaScript("overview")
-REINDEX = LuaScript("reindex", uses=["store_items"], wrote=lambda reply: int(reply) > 0)
+REINDEX = LuaScript("reindex", uses=["keys", "store_items"], wrote=lambda reply: int(reply) > 0)
 FAILED = LuaScript(
     "failed", uses=["store_items"], wrote=lambda reply: any(reply) if isinstance(reply, list) else bool(reply)
 )

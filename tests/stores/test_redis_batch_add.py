@@ -81,7 +81,9 @@ def test_one_add_many_writes_what_its_items_added_one_by_one_write(
     written, reference = dump(client, redis_prefix), dump(client, other_prefix)
     client.close()
     assert written.keys() == reference.keys()
-    assert {"word:invoice", "word:1000", "addrs", "domain:beta.example", "ready:bulk"} <= written.keys()
+    assert {"words", "addrs", "domain:beta.example", "ready:bulk"} <= written.keys()
+    assert not any(name.startswith("word:") for name in written)  # no key a word: `words` holds them all
+    assert {b"invoice\0", b"1000\0"} <= {entry.partition(b"\0")[0] + b"\0" for entry, _ in written["words"]}
     for name in reference:
         assert written[name] == reference[name], name
 

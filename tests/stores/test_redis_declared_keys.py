@@ -32,6 +32,7 @@ DECLARING = (
     scripts.TAKE_PROBE,
     scripts.END_PROBE,
     scripts.SUPPRESSION,
+    scripts.REINDEX,
 )
 #: Not yet: they name keys they find in the data (a claim's candidates, the items of an index, suspension
 #: records) from the prefix (docs/redis.md, "The scripts").
@@ -43,7 +44,6 @@ NOT_YET = (
     scripts.SELECT,
     scripts.OVERVIEW,
     scripts.FAILED,
-    scripts.REINDEX,
 )
 
 #: A key named inside a script from the prefix: `prefix .. ` followed by anything but the wake-up channel's name.

@@ -178,7 +178,7 @@ def test_an_item_written_by_seed_commands_is_the_item_the_scripts_write(store: R
     seqs = {i.id: int(client.hget(Keys(store.key_prefix).item(i.id), "member").decode()[:16]) for i in items}
     messages = {i.id: store.read_message(i.id) for i in items}
     keep = {Keys(store.key_prefix).schema.encode(), Keys(store.key_prefix).seq.encode()}
-    keep.add(Keys(store.key_prefix).search_index.encode())  # set with the schema (schema.lua, the seed)
+    keep.add(Keys(store.key_prefix).search_layout.encode())  # set with the schema (schema.lua, the seed)
     for key in before:
         if key not in keep:
             client.delete(key)

@@ -110,7 +110,7 @@ def test_out_of_memory_is_a_clear_error_and_stores_nothing_of_the_batch(tmp_path
         assert 1 < stored < 200
         assert store.count() == stored  # the refused batch left nothing behind
         # items and messages; schema, seq, items, leases, ready:default, queues; the admin's indexes: ids,
-        # queue:default, domain:example.org, queue_names; the search's: search_index, addrs (no subject: no word)
+        # queue:default, domain:example.org, queue_names; the search's: search_layout, addrs (no subject: no word)
         assert int(client.dbsize()) == stored * 2 + 12
         # workers still claim (an expired lease too) and complete, which makes room again,
         # even with Redis over its maxmemory when the scripts start

@@ -13,8 +13,8 @@ from ...stores.redis_reading import RedisReading
 
 class Command(BaseCommand):
     help = (
-        "Redis store: put the items queued before the search had indexes into them (word:<w>, addrs), then mark the "
-        "indexes whole; until then the admin's search reads every item. Other stores: nothing to do."
+        "Redis store: put the items queued before the search had its present indexes into them (words, addrs), then "
+        "mark the indexes whole; until then the admin's search reads every item. Other stores: nothing to do."
     )
 
     def handle(self, *args: Any, **options: Any) -> None:

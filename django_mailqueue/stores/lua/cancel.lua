@@ -25,6 +25,7 @@ if f[1] then
   if f[2] then
     redis.call('ZREM', key('ready:' .. f[2]), f[1])
     unindex_item(key, f[1], f[2], f[3])
+    unindex_terms(key, f[1])
   end
 end
 redis.call('DEL', item_key, key('message:' .. id))

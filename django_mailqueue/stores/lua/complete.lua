@@ -68,6 +68,7 @@ if ARGV[5] == 'drop' then
   redis.call('ZREM', KEYS[2], member)
   redis.call('ZREM', key('ready:' .. queue), member)
   unindex_item(key, member, queue, f[5])
+  unindex_terms(key, member)
   redis.call('DEL', item_key, key('message:' .. id))
 elseif ARGV[5] == 'keep' then
   local never = ARGV[7]

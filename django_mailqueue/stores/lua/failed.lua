@@ -27,6 +27,7 @@ if op == 'prune' then
     redis.call('ZREM', KEYS[2], member)
     if f[1] then
       unindex_item(built, member, f[1], f[2])
+      unindex_terms(built, member)
     end
     redis.call('DEL', prefix .. 'item:' .. id, prefix .. 'message:' .. id)
   end

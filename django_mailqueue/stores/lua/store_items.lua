@@ -31,13 +31,14 @@ local function queued_already(key, first, n)
   return nil
 end
 
--- The search's indexes of an item (docs/admin.md, "Search"), from its hash's `words` and `addrs`: each subject
--- word's set `word:<w>`, scored by the next attempt, and `addrs`, every address with its item
--- (`<address>\0<member>`, all scored 0: an address start is a ZRANGEBYLEX).
-local function index_terms(key, member, due)
+-- The search's indexes of an item (docs/admin.md, "Search"), from its hash's `words` and `addrs`: `words`, every
+-- subject word with its item (`<word>\0<member>`), and `addrs`, every address with its item (`<address>\0<member>`),
+-- all scored 0: a word is a ZRANGEBYLEX of `words`, an address start one of `addrs`. Neither changes while the item
+-- is queued: they are written when it is stored (store_items, reindex.lua) and taken out when it goes.
+local function index_terms(key, member)
   local t = redis.call('HMGET', key('item:' .. string.sub(member, 18)), 'words', 'addrs')
   for word in string.gmatch(t[1] or '', '%S+') do
-    redis.call('ZADD', key('word:' .. word), due, member)
+    redis.call('ZADD', key('words'), 0, word .. '\0' .. member)
   end
   for address in string.gmatch(t[2] or '', '[^\n]+') do
     redis.call('ZADD', key('addrs'), 0, address .. '\0' .. member)
@@ -47,7 +48,7 @@ end
 local function unindex_terms(key, member)
   local t = redis.call('HMGET', key('item:' .. string.sub(member, 18)), 'words', 'addrs')
   for word in string.gmatch(t[1] or '', '%S+') do
-    redis.call('ZREM', key('word:' .. word), member)
+    redis.call('ZREM', key('words'), word .. '\0' .. member)
   end
   for address in string.gmatch(t[2] or '', '[^\n]+') do
     redis.call('ZREM', key('addrs'), address .. '\0' .. member)
@@ -57,9 +58,8 @@ end
 -- The admin's indexes of an item (docs/redis.md): its id's 32 hex digits in `ids` (by bytes: a prefix is a
 -- ZRANGEBYLEX), its queue's and each recipient domain's sets, and while it has
 -- been tried (attempts > 0: `tried`) the tried sets of all, of its queue and of each domain, every one scored
--- by the next attempt; and the search's (`index_terms`).
+-- by the next attempt. An item that moves stays in the search's (`index_terms`): one that goes leaves them too.
 local function index_item(key, member, queue, domains, due, tried)
-  index_terms(key, member, due)
   redis.call('ZADD', key('ids'), 0, (string.gsub(string.sub(member, 18), '-', '')))
   redis.call('ZADD', key('queue:' .. queue), due, member)
   for domain in string.gmatch(domains, '%S+') do
@@ -75,7 +75,6 @@ local function index_item(key, member, queue, domains, due, tried)
 end
 
 local function unindex_item(key, member, queue, domains)
-  unindex_terms(key, member)
   redis.call('ZREM', key('ids'), (string.gsub(string.sub(member, 18), '-', '')))
   redis.call('ZREM', key('queue:' .. queue), member)
   for domain in string.gmatch(domains or '', '%S+') do
@@ -148,7 +147,7 @@ local function store_items(key, seq_key, items_key, queues_key, first, n)
     sadd(key('queue_names'), queue)
     -- index_item's and index_terms' writes, the terms from the arguments rather than the hash just written
     for word in string.gmatch(ARGV[base + 11], '%S+') do
-      zadd(key('word:' .. word), due, member)
+      zadd(key('words'), 0, word .. '\0' .. member)
     end
     for address in string.gmatch(ARGV[base + 12], '[^\n]+') do
       zadd(key('addrs'), 0, address .. '\0' .. member)
