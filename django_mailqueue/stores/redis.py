@@ -189,14 +189,16 @@ class RedisStore(RedisMessages, RedisReading, RedisSuppressionList, RedisShaping
         for new in items:
             item = as_added(new, now, now_us)
             shape = _shape(item)
-            args += item_args(new, item, now_us, shape)
+            values = item_args(new, item, now_us, shape)
+            args += values
             added.append(item)
             shapes.append(shape)
-            keys += [self.keys.item(new.id), self.keys.message(new.id)]
+            item_id = str(values[0])  # the id as text once (`uuid.UUID.__str__` is slow)
+            keys += [self.keys.item(item_id), self.keys.message(item_id)]
             kinds[shape[0], shape[1]] = None
-        for queue, item_domains in kinds:
-            keys += self.keys.of_shape(queue, item_domains)
-        return _AddPlan(tuple(dict.fromkeys(keys)), tuple(args), tuple(added), tuple(shapes))
+        shared = [name for queue, item_domains in kinds for name in self.keys.of_shape(queue, item_domains)]
+        keys += dict.fromkeys(shared)  # each item's keys, and the fixed ones, are distinct already
+        return _AddPlan(tuple(keys), tuple(args), tuple(added), tuple(shapes))
 
     def _added(self, plan: _AddPlan, reply: Any) -> builtins.list[QueueItem]:
         outcome = [text(part) for part in reply]

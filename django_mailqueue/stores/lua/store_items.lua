@@ -85,33 +85,27 @@ local function unindex_item(key, member, queue, domains)
   redis.call('ZREM', key('tried_queue:' .. queue), member)
 end
 
--- What a batch writes, gathered by key: `put(name, ...)` adds values to a key's list, `write(command, per)`
--- sends each list as `command name values…`, at most CHUNK times `per` values a command.
-local function gathering()
-  local by_key, order = {}, {}
-  local function list(name)
-    local values = by_key[name]
-    if not values then
-      values = {}
-      by_key[name] = values
-      order[#order + 1] = name
-    end
-    return values
+-- Send `values` (a list of `count` values) as `command name values…`, at most CHUNK times `per` values a command.
+local function write(command, name, values, count, per)
+  for start = 1, count, CHUNK * per do
+    redis.call(command, name, unpack(values, start, math.min(start + CHUNK * per - 1, count)))
   end
-  local function write(command, per)
-    for _, name in ipairs(order) do
-      local values = by_key[name]
-      for start = 1, #values, CHUNK * per do
-        redis.call(command, name, unpack(values, start, math.min(start + CHUNK * per - 1, #values)))
-      end
-    end
+end
+
+-- A list of values and its length, grown by `add` (faster than `#` and a closure a key).
+local function list_of(lists, name)
+  local found = lists[name]
+  if not found then
+    found = {values = {}, n = 0}
+    lists[name] = found
   end
-  return list, write
+  return found
 end
 
 -- Store the n items with their messages, due in their queues' ready sets, and in the indexes `index_item`
--- keeps (not tried yet), as n calls of it would: every sorted set written once a batch (docs/performance.md,
--- "Redis enqueue and the search indexes").
+-- keeps (not tried yet) and the search's (`index_terms`), as n calls of them would: every sorted set written once a
+-- batch, each distinct queue name once (docs/performance.md, "Redis enqueue and the search indexes"). The numbers
+-- are Lua strings: a number would be formatted again for each command that takes it.
 local function store_items(key, seq_key, items_key, queues_key, first, n)
   if n == 0 then
     return
@@ -119,17 +113,10 @@ local function store_items(key, seq_key, items_key, queues_key, first, n)
   -- n INCRs at once; GET and SET, which the documented ACL allows (docs/redis.md), not INCRBY
   local seq = tonumber(redis.call('GET', seq_key) or '0')
   redis.call('SET', seq_key, seq + n)
-  local zset, write_zadds = gathering()
-  local set, write_sadds = gathering()
-  local function zadd(name, score, member)
-    local values = zset(name)
-    values[#values + 1] = score
-    values[#values + 1] = member
-  end
-  local function sadd(name, value)
-    local values = set(name)
-    values[#values + 1] = value
-  end
+  -- (due, member) pairs by queue (items, ready:<q> and queue:<q> take the same) and by domain; (0, entry) pairs
+  local by_queue, by_domain = {}, {}
+  local ids, words, addrs = {}, {}, {}
+  local n_ids, n_words, n_addrs = 0, 0, 0
   for i = 0, n - 1 do
     local base = first + i * STRIDE
     local id, queue, due = ARGV[base], ARGV[base + 1], ARGV[base + 2]
@@ -139,25 +126,37 @@ local function store_items(key, seq_key, items_key, queues_key, first, n)
       'sender', ARGV[base + 4], 'rcpts', ARGV[base + 5], 'size', ARGV[base + 6],
       'mid', ARGV[base + 7], 'subject', ARGV[base + 8], 'domains', ARGV[base + 10],
       'words', ARGV[base + 11], 'addrs', ARGV[base + 12],
-      'attempts', 0, 'rev', 0, 'reclaims', 0, 'delay', 0)
+      'attempts', '0', 'rev', '0', 'reclaims', '0', 'delay', '0')
     redis.call('SET', key('message:' .. id), ARGV[base + 9])
-    zadd(items_key, due, member)
-    zadd(key('ready:' .. queue), due, member)
-    sadd(queues_key, queue)
-    sadd(key('queue_names'), queue)
+    local q = list_of(by_queue, queue)
+    q.values[q.n + 1], q.values[q.n + 2], q.n = due, member, q.n + 2
     -- index_item's and index_terms' writes, the terms from the arguments rather than the hash just written
+    ids[n_ids + 1], ids[n_ids + 2], n_ids = '0', (string.gsub(id, '-', '')), n_ids + 2
+    for domain in string.gmatch(ARGV[base + 10], '%S+') do
+      local d = list_of(by_domain, domain)
+      d.values[d.n + 1], d.values[d.n + 2], d.n = due, member, d.n + 2
+    end
+    local tail = '\0' .. member
     for word in string.gmatch(ARGV[base + 11], '%S+') do
-      zadd(key('words'), 0, word .. '\0' .. member)
+      words[n_words + 1], words[n_words + 2], n_words = '0', word .. tail, n_words + 2
     end
     for address in string.gmatch(ARGV[base + 12], '[^\n]+') do
-      zadd(key('addrs'), 0, address .. '\0' .. member)
-    end
-    zadd(key('ids'), 0, (string.gsub(id, '-', '')))
-    zadd(key('queue:' .. queue), due, member)
-    for domain in string.gmatch(ARGV[base + 10], '%S+') do
-      zadd(key('domain:' .. domain), due, member)
+      addrs[n_addrs + 1], addrs[n_addrs + 2], n_addrs = '0', address .. tail, n_addrs + 2
     end
   end
-  write_zadds('ZADD', 2)
-  write_sadds('SADD', 1)
+  local names = {}
+  for queue, q in pairs(by_queue) do
+    write('ZADD', items_key, q.values, q.n, 2)
+    write('ZADD', key('ready:' .. queue), q.values, q.n, 2)
+    write('ZADD', key('queue:' .. queue), q.values, q.n, 2)
+    names[#names + 1] = queue
+  end
+  for domain, d in pairs(by_domain) do
+    write('ZADD', key('domain:' .. domain), d.values, d.n, 2)
+  end
+  write('ZADD', key('ids'), ids, n_ids, 2)
+  write('ZADD', key('words'), words, n_words, 2)
+  write('ZADD', key('addrs'), addrs, n_addrs, 2)
+  write('SADD', queues_key, names, #names, 1)
+  write('SADD', key('queue_names'), names, #names, 1)
 end
