@@ -34,7 +34,7 @@ PAGES = {
     "domain": {"domain": "d3.example"},
     "search @domain": {"q": "@D3.example"},  # the domain's sorted set, as the domain filter
     "search address": {"q": "R42@d0"},  # a range of `addrs`
-    "search word": {"q": "weekly"},  # `word:weekly`
+    "search word": {"q": "weekly"},  # a range of `words`
     "search word, deferred": {"q": "weekly", "state": "deferred"},
 }
 
