@@ -69,12 +69,13 @@ def maxmemory_policy_warnings() -> list[CheckMessage]:
 
 @functools.lru_cache(maxsize=8)
 def _every_layout(key_prefix: str) -> tuple[tuple[str, int, int], ...]:
-    """(key prefix, partition, count) of every partition but 0 of every `partitions` count (slow: ~1,400 tags)."""
+    """(key prefix, partition, count) of every partition but 0 of every `partitions` count (~2,000 tags)."""
     from .redis_connection import MOST_PARTITIONS  # here, not above: these checks run where redis-py is not installed
-    from .redis_layout import layout_prefix
+    from .redis_layout import every_partition_tag, tagged_prefix
 
+    tags = every_partition_tag(key_prefix, MOST_PARTITIONS)
     return tuple(
-        (layout_prefix(key_prefix, cluster=True, partition=partition, partitions=count), partition, count)
+        (tagged_prefix(key_prefix, tags[(partition, count)]), partition, count)
         for count in range(2, MOST_PARTITIONS + 1)
         for partition in range(1, count)
     )

@@ -40,6 +40,25 @@ FIRST_PAUSE = 0.05
 LONGEST_PAUSE = 1.0
 
 
+def _counts_by_primary(finder: redis.RedisCluster[bytes], keys: list[str]) -> list[int]:
+    """`ZCARD` of each key in one plain pipeline a primary: redis-py's cluster pipeline spends ~3× the CPU a
+    command, and a worker's start counts ~2,000 keys (docs/performance.md, "Redis Cluster")."""
+    groups: dict[str, tuple[Any, list[int]]] = {}
+    for index, key in enumerate(keys):
+        node = finder.get_node_from_key(key)
+        if node is None:
+            raise redis.exceptions.ClusterDownError(f"no primary serves the slot of {key}")
+        groups.setdefault(node.name, (node, []))[1].append(index)
+    counts = [0] * len(keys)
+    for node, indexes in groups.values():
+        pipe = finder.get_redis_connection(node).pipeline(transaction=False)
+        for index in indexes:
+            pipe.zcard(keys[index])
+        for index, count in zip(indexes, pipe.execute(), strict=True):
+            counts[index] = int(count)
+    return counts
+
+
 class RedisClients:
     """The clients of one store, made on first use from `url` (and `password`), a django-redis `cache`, or
     `sentinel` (the primary its sentinels name); with `cluster`, `url` is any node of a Redis Cluster, and the
@@ -281,7 +300,13 @@ class RedisClients:
         if self._finder is None:
             raise QueueError(Code.INVALID, "keys of other slots are counted on a Redis Cluster only")
         try:
-            pipe = self._finder.finder().pipeline(transaction=False)
+            finder = self._finder.finder()
+            try:
+                return _counts_by_primary(finder, keys)
+            except DRIVER_ERRORS as exc:
+                if not is_redirect(exc):
+                    raise
+            pipe = finder.pipeline(transaction=False)  # a slot moved: redis-py's cluster pipeline follows it
             for key in keys:
                 pipe.zcard(key)
             return [int(count) for count in pipe.execute()]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import binascii
 import builtins
 import json
+import math
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -28,7 +29,12 @@ def layout_prefix(key_prefix: str, *, cluster: bool = False, partition: int = 0,
     whatever `partitions` is (a queue of one partition keeps its keys when more are added); see `partition_tag`."""
     if not cluster:
         return key_prefix
-    return f"{key_prefix}{{{partition_tag(key_prefix, partition, partitions)}}}:"
+    return tagged_prefix(key_prefix, partition_tag(key_prefix, partition, partitions))
+
+
+def tagged_prefix(key_prefix: str, tag: str) -> str:
+    """The keys' prefix on a Cluster for the hash tag `tag`: `mailqueue:{mailqueue:0}:`."""
+    return f"{key_prefix}{{{tag}}}:"
 
 
 #: The hash slots of a Redis Cluster.
@@ -50,6 +56,39 @@ def partition_tag(key_prefix: str, partition: int, partitions: int) -> str:
     while not low <= key_slot(f"{key_prefix}{partition}-{k}") < high:
         k += 1
     return f"{key_prefix}{partition}-{k}"
+
+
+def every_partition_tag(key_prefix: str, most: int) -> dict[tuple[int, int], str]:
+    """`partition_tag(key_prefix, p, n)` of every partition `p` > 0 of every count `n` up to `most`, by `(p, n)`.
+    A partition's candidates `<key_prefix><p>-<k>` are the same for every count: their slots are computed once,
+    and each count's tag is the first candidate in its range (~2,000 tags, checked at each worker's start)."""
+    first_part = key_slot(f"{key_prefix}0")
+    out: dict[tuple[int, int], str] = {}
+    for partition in range(1, most):
+        ranges = {}
+        for count in range(partition + 1, most + 1):
+            width = SLOTS / count
+            part = (int(first_part // width) + partition) % count
+            low, high = part * width + width / 4, part * width + 3 * width / 4
+            ranges[count] = (math.ceil(low), math.ceil(high))  # the integers s with low <= s < high
+        first_at = [_NONE] * SLOTS  # slot -> the first candidate k with that slot
+        done, size = 0, 512
+        while ranges:
+            for k in range(done, size):
+                slot = key_slot(f"{key_prefix}{partition}-{k}")
+                if first_at[slot] == _NONE:
+                    first_at[slot] = k
+            done, size = size, 2 * size
+            for count, (low_slot, high_slot) in builtins.list(ranges.items()):
+                k = min(first_at[low_slot:high_slot])
+                if k != _NONE:  # every candidate below `done` was looked at: k is the first
+                    out[(partition, count)] = f"{key_prefix}{partition}-{k}"
+                    del ranges[count]
+    return out
+
+
+#: No candidate yet (`every_partition_tag`).
+_NONE = 1 << 62
 
 
 def key_slot(tag: str) -> int:

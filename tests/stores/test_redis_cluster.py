@@ -13,7 +13,7 @@ import redis
 
 from django_mailqueue.core.items import CompleteRequest, Completion, RecipientState
 from django_mailqueue.stores.redis import RedisStore
-from django_mailqueue.stores.redis_layout import layout_prefix
+from django_mailqueue.stores.redis_layout import every_partition_tag, layout_prefix, partition_tag
 from django_mailqueue.testing.contract import T0, StoreFactory, at, new_item, outcome
 from tests.stores import test_redis as redis_tests
 from tests.support.redis_cluster import ClusterSetup
@@ -47,6 +47,13 @@ class TestRedisStoreOnClusterAsync(AsyncTwinsContract):
     def make_store(self, cluster: ClusterSetup) -> Iterator[StoreFactory]:
         with async_twins(lambda: cluster.options(key_prefix=_prefix("a"))) as make:
             yield make
+
+
+@pytest.mark.parametrize("key_prefix", ["mailqueue:", "shop:{eu}:", ""])
+def test_every_partition_tag_is_the_tag_of_each_count(key_prefix: str) -> None:
+    # The worker's start checks every count's tags at once (E030): the bulk search finds each count's own tag.
+    tags = every_partition_tag(key_prefix, 64)
+    assert tags == {(p, n): partition_tag(key_prefix, p, n) for n in range(2, 65) for p in range(1, n)}
 
 
 def test_every_key_of_the_queue_is_in_one_slot_of_one_primary(cluster: ClusterSetup) -> None:
@@ -331,6 +338,26 @@ def test_the_check_names_the_partitions_a_changed_count_strands(cluster: Cluster
         assert three.count() == 0 and errors(2) == [] and errors(1) == []
     finally:
         three.close()
+
+
+def test_the_stranded_counts_follow_a_moved_slot(cluster: ClusterSetup) -> None:
+    """E030's counts go in a plain pipeline a primary, by the slot map the store read: a slot moved since (MOVED)
+    is counted through redis-py's cluster pipeline instead, the same counts."""
+    from django_mailqueue.stores.redis_checks import stranded_partitions
+
+    prefix = _prefix("strandmoved")
+    three = RedisStore(cluster.options(key_prefix=prefix, partitions=3))
+    two = RedisStore(cluster.options(key_prefix=prefix, partitions=2))
+    try:
+        for _ in range(3):
+            three.add_many([new_item(), new_item()], now=T0)
+        before = stranded_partitions(two)  # the slot map read
+        assert before and all(n == 2 for n in before.values()), before
+        cluster.move_slot_of(three.parts[2].keys.items)  # partition 2 of 3: never one of two's
+        assert stranded_partitions(two) == before
+    finally:
+        three.close()
+        two.close()
 
 
 def test_a_worker_refuses_to_start_on_stranded_partitions(cluster: ClusterSetup) -> None:
