@@ -303,15 +303,15 @@ _PACKED_MOST = 6000
 
 class _HiredisPacking:
     """An asyncio connection that packs its commands with hiredis (C) instead of redis-py's Python: a completion's
-    script call has some 30 arguments, ~40 us a call in Python against ~6 with hiredis. Anything but short text and
-    bytes goes through redis-py's packing as before."""
+    script call has some 30 arguments, ~40 us a call in Python against ~6 with hiredis. Anything but short text,
+    bytes and integers (EVALSHA's key count; not bool) goes through redis-py's packing as before."""
 
     def pack_command(self, *args: Any) -> list[bytes]:
         first = args[0] if args else None
         if (
             type(first) is str
             and " " not in first
-            and all((type(a) is str or type(a) is bytes) and len(a) <= _PACKED_MOST for a in args)
+            and all(type(a) is int or ((type(a) is str or type(a) is bytes) and len(a) <= _PACKED_MOST) for a in args)
         ):
             return [hiredis.pack_command(args)]
         return super().pack_command(*args)  # type: ignore[misc, no-any-return]  # the connection class's

@@ -287,6 +287,8 @@ def test_a_wrong_password_in_the_cache_is_not_shown(redis_url: str, acl_user_wit
         ("EVALSHA", "a" * 40, "2", "mq:{q}:items", "mq:{q}:leases", "owner", "record", '[["ü@b.example","delivered"]]'),
         ("HGETALL", b"mq:{q}:item:\xff"),
         ("SCRIPT LOAD", "return 1"),  # redis-py sends a command's words apart: the fallback's packing
+        ("EVALSHA", "a" * 40, 2, "k1", "k2", "x"),  # the key count as redis-py's scripts pass it
+        ("SET", "k", -7),
         ("SET", "k", 1.5),  # not text: the fallback's
         ("SET", "k", b"x" * 10_000),  # long: redis-py's, which sends it without a copy
         ("SET", "k", "ü" * 7_000),
@@ -303,6 +305,25 @@ def test_hiredis_packs_every_command_as_redis_py_does(args: tuple[Any, ...]) -> 
     packing = client.connection_pool.connection_class()
     assert type(packing).__name__ == "HiredisConnection"
     assert b"".join(packing.pack_command(*args)) == b"".join(plain.pack_command(*args))
+
+
+def test_a_script_call_with_its_key_count_is_packed_by_hiredis(monkeypatch: pytest.MonkeyPatch) -> None:
+    import hiredis
+    import redis.asyncio
+
+    from django_mailqueue.stores import redis_connection
+
+    packed: list[tuple[Any, ...]] = []
+
+    def counting(args: tuple[Any, ...]) -> bytes:
+        packed.append(args)
+        return hiredis.pack_command(args)
+
+    client = redis.asyncio.Redis()
+    redis_connection.pack_with_hiredis(client)
+    monkeypatch.setattr(redis_connection, "hiredis", type("H", (), {"pack_command": staticmethod(counting)}))
+    client.connection_pool.connection_class().pack_command("EVALSHA", "a" * 40, 2, "k1", "k2", "x")
+    assert packed == [("EVALSHA", "a" * 40, 2, "k1", "k2", "x")]
 
 
 async def test_the_store_packs_its_async_commands_with_hiredis(make: Maker) -> None:
