@@ -310,7 +310,6 @@ class Deliverer:
         loop = asyncio.get_running_loop()
         route = dest.route
         recipients = dest.wire_recipients
-        mask = SecretMask(route.password, route.username) if isinstance(route, RelayRoute) else None
 
         def decide_all(reply: Reply, state: RecipientState, remote_mta: str = "") -> None:
             for recipient in recipients:
@@ -333,8 +332,8 @@ class Deliverer:
             policy, context = await self._tls_for(route)
         except Exception as exc:
             text = f"TLS for {dest.name} cannot be set up: {type(exc).__name__}: {exc}"
-            if mask is not None:
-                text = mask(text)
+            if isinstance(route, RelayRoute):
+                text = SecretMask(route.password, route.username)(text)
             progress.add_error(DestinationError(Code.INVALID_OPTION, text, destination=dest.name))
             decide_all(replies.own_reply(replies.MISCONFIGURED, text), RecipientState.PENDING)
             return
@@ -349,7 +348,8 @@ class Deliverer:
             rcpt_limit=self.settings.rcpt_limit,
         )
         hosts = resolution.hosts
-        sts = await self._sts_policy(dest, deadline)
+        # no coroutine a message when MTA-STS cannot apply (off, a relay, an address literal)
+        sts = await self._sts_policy(dest, deadline) if self._sts_applies(dest) else None
         if sts is not None:
             hosts = self._sts_hosts(sts, dest, hosts, progress)
             if not hosts:
@@ -422,10 +422,11 @@ class Deliverer:
             for recipient, outcome in report.outcomes.items():
                 progress.outcomes.setdefault(recipient, outcome)
             progress.possibly_delivered.update(report.possibly_delivered)
-            missing = report.next_host or replies.own_reply(
-                replies.INTERNAL, f"the session with {target.label} left the recipient undecided"
-            )
-            decide_all(missing, RecipientState.PENDING, host)
+            if any(r not in progress.outcomes for r in recipients):  # the reply is made only when needed
+                missing = report.next_host or replies.own_reply(
+                    replies.INTERNAL, f"the session with {target.label} left the recipient undecided"
+                )
+                decide_all(missing, RecipientState.PENDING, host)
             _log_destination(dest.name, target.label, recipients, progress)
             decided = [progress.outcomes[r] for r in recipients if r in progress.outcomes]
             seen.extend(o.reply for o in decided)
@@ -502,9 +503,12 @@ class Deliverer:
 
     # --- MTA-STS (RFC 8461) ------------------------------------------------------------
 
+    def _sts_applies(self, dest: Destination) -> bool:
+        return self._sts is not None and isinstance(dest.route, MxRoute) and dest.literal is None
+
     async def _sts_policy(self, dest: Destination, deadline: float) -> StsPolicy | None:
         """The MTA-STS policy that applies to an MX destination (enforce or testing), else None."""
-        if self._sts is None or not isinstance(dest.route, MxRoute) or dest.literal is not None:
+        if self._sts is None or not self._sts_applies(dest):
             return None
         try:
             async with asyncio.timeout_at(deadline):

@@ -90,9 +90,6 @@ class Record:
             if not (self.held and o.state is RecipientState.PENDING)
         ]
 
-    def count(self, state: RecipientState) -> int:
-        return sum(1 for o in self.decided if o.state is state)
-
     def events(self, *, with_dsns: bool) -> list[Event]:
         """The signals, in order: the problems, the lost replies, each recipient's outcome, then the DSNs
         (only `with_dsns`: an item cancelled while it was delivered gets none)."""

@@ -90,13 +90,19 @@ class RecordingSteps:
             self._warn(problem, item.id)
         for lost in record.replies_lost:
             logger.warning("error item=%s %s", item.id, lost)  # an operator's grep finds the duplicate window
-        for decided in record.decided:
-            if not (record.held and decided.state is RecipientState.PENDING):
-                self._log(item, decided)
-        self.stats.delivered += record.count(RecipientState.DELIVERED)
-        self.stats.failed += record.count(RecipientState.FAILED)
-        if not record.held:
-            self.stats.deferred += record.count(RecipientState.PENDING)
+        if logger.isEnabledFor(logging.INFO):  # the line's arguments are not even made otherwise
+            for decided in record.decided:
+                if not (record.held and decided.state is RecipientState.PENDING):
+                    self._log(item, decided)
+        stats = self.stats
+        for decided in record.decided:  # one pass, not one a state
+            state = decided.state
+            if state is RecipientState.DELIVERED:
+                stats.delivered += 1
+            elif state is RecipientState.FAILED:
+                stats.failed += 1
+            elif not record.held:
+                stats.deferred += 1
         if with_dsns:
             for note in record.dsns:
                 self.stats.dsns += 1
