@@ -3,7 +3,8 @@
 A development aid for work on the delivery path under a loaded machine: the
 worker's own CPU time (user + system, from `wait4`) divided by the messages,
 per store and signing mode, interleaved over `--repeats`; with `--profile`, a
-cProfile of each run (top functions by own time, to bench/.work/profiles/).
+cProfile of each run (top functions by own time, to bench/.work/profiles/); with
+`--callgrind`, the instructions valgrind counts in the worker's run (all its threads).
 Wall rates and ratios are printed too; read them only from a quiet machine.
 """
 
@@ -93,6 +94,9 @@ def run_one(
             cmd = [cmd[0], "-c", _PROFILED.format(path=str(profile)), *cmd[3:]]
         if os.environ.get("CPU_DELIVERY_GC"):
             cmd = [cmd[0], "-c", _GC_TIMED, *cmd[3:]]
+        if ctx.args.callgrind:
+            out = PROFILES / f"callgrind-{cfg.key}-{mode}-{n}-{time.time_ns()}.out"
+            cmd = ["valgrind", "--tool=callgrind", "--quiet", f"--callgrind-out-file={out}", *cmd]
         if spy is not None:
             exe = str(PEERS_PY.parent / "py-spy")
             cmd = [exe, "record", "--rate", "250", "--nonblocking", "--format", "raw", "--output", str(spy), "--", *cmd]
@@ -118,9 +122,19 @@ def run_one(
         got = ctx.servers.sink.counters()["mesg"] - before["mesg"]
     if got < n:
         raise RuntimeError(f"the sink got {got} of {n}")
+    if ctx.args.callgrind:
+        print(f"    {cfg.key} {mode}: {instructions(out):,} instructions, {n} messages", flush=True)
     if not n:
         return group.results[0].cpu, group.wall
     return 1000 * group.results[0].cpu / n, n / group.wall
+
+
+def instructions(out: Path) -> int:
+    """The instructions callgrind counted in a run, all threads (`--callgrind`)."""
+    for line in out.read_text().splitlines():
+        if line.startswith(("totals:", "summary:")):
+            return int(line.split()[1])
+    raise RuntimeError(f"no totals in {out}")
 
 
 def summarise(profile: Path, top: int) -> str:
@@ -143,11 +157,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--profile", action="store_true", help="cProfile every run (CPU figures then include it)")
     p.add_argument("--spy", action="store_true", help="py-spy (CPU samples) every run, summarised by bench/stacks.py")
     p.add_argument("--top", type=int, default=40)
+    p.add_argument(
+        "--callgrind",
+        action="store_true",
+        help="run the worker under valgrind's callgrind: instructions a message, repeatable under load (rates not)",
+    )
     args = p.parse_args(argv)
     stores = args.stores.split(",")
     cfgs = [c for c in OURS if (c.store if c.store == "redis" else c.db) in stores]
     modes = args.modes.split(",")
-    ns = types.SimpleNamespace(n=args.n, size=args.size, libs="", measures="")
+    ns = types.SimpleNamespace(n=args.n, size=args.size, libs="", measures="", callgrind=args.callgrind)
     results: dict[tuple[str, str], list[tuple[float, float]]] = {}
     PROFILES.mkdir(parents=True, exist_ok=True)
     with Servers() as servers:
@@ -155,7 +174,8 @@ def main(argv: list[str] | None = None) -> int:
         empty: dict[tuple[str, str], float] = {}
         for cfg in cfgs:
             for mode in modes:
-                empty[(cfg.key, mode)] = min(run_one(ctx, cfg, mode, 0, None)[0] for _ in range(2))
+                tries = 1 if args.callgrind else 2  # instructions do not vary with the machine's load
+                empty[(cfg.key, mode)] = min(run_one(ctx, cfg, mode, 0, None)[0] for _ in range(tries))
                 print(f"{cfg.key:14} {mode:8} empty run: {empty[(cfg.key, mode)]:.3f} s CPU", flush=True)
         for rep in range(args.repeats):
             plan = [(c, m) for c in cfgs for m in modes]
