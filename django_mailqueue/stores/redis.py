@@ -28,6 +28,7 @@ from . import redis_connection as conn
 from . import redis_scripts as scripts
 from . import redis_sentinel as sentinel
 from .inputs import check_completion, check_new_item, check_owner
+from .redis_claiming import RedisClaiming
 from .redis_clients import AsyncClient, RedisClients, SyncClient, T
 from .redis_failed import RedisFailed
 from .redis_layout import (
@@ -62,7 +63,7 @@ class _AddPlan:
     shapes: tuple[tuple[str, str, str], ...]
 
 
-class RedisStore(RedisMessages, RedisReading, RedisSuppressionList, RedisShaping, RedisFailed):
+class RedisStore(RedisClaiming, RedisMessages, RedisReading, RedisSuppressionList, RedisShaping, RedisFailed):
     """Items in Redis under `OPTIONS["key_prefix"]`, reached by `url` or a django-redis `cache` alias.
 
     Every write is one Lua script, which Redis runs whole, so claims are atomic
@@ -106,6 +107,7 @@ class RedisStore(RedisMessages, RedisReading, RedisSuppressionList, RedisShaping
         )
         #: the queue and domains of the items met, for the keys a script declares
         self._shapes = Shapes()
+        self._queue_names: builtins.list[str] = []
         self.on_commit: bool = bool(self.options.get("on_commit", False))
         timeout = float(self.options.get("socket_timeout", conn.DEFAULT_SOCKET_TIMEOUT))
         failover_timeout = conn.failover_timeout(self.options)
@@ -256,55 +258,7 @@ class RedisStore(RedisMessages, RedisReading, RedisSuppressionList, RedisShaping
 
         return await self._ado(work)
 
-    # --- claiming, renewing --------------------------------------------------------------
-
-    def _claim_args(
-        self, owner: str, now: datetime, lease_expires: datetime, queues: Sequence[str] | None, limit: int
-    ) -> tuple[builtins.list[str], builtins.list[scripts.Arg]] | None:
-        check_owner(owner)
-        if limit < 1 or (queues is not None and not queues):
-            return None
-        lanes = list(dict.fromkeys(queues)) if queues is not None else []
-        keys = [self.keys.leases, self.keys.items, self.keys.queues, *self._marker()]
-        args: builtins.list[scripts.Arg] = [
-            self.keys.prefix,
-            owner,
-            str(to_micros(now)),
-            str(to_micros(lease_expires)),
-            str(limit),
-            *lanes,
-        ]
-        return keys, args
-
-    def claim(
-        self, *, owner: str, now: datetime, lease_expires: datetime, queues: Sequence[str] | None = None, limit: int = 1
-    ) -> builtins.list[QueueItem]:
-        call = self._claim_args(owner, now, lease_expires, queues, limit)
-        if call is None:
-            return []
-        return self._do(lambda client: self._took(scripts.CLAIM.run(client, *call, self.wait)))
-
-    async def aclaim(
-        self, *, owner: str, now: datetime, lease_expires: datetime, queues: Sequence[str] | None = None, limit: int = 1
-    ) -> builtins.list[QueueItem]:
-        call = self._claim_args(owner, now, lease_expires, queues, limit)
-        if call is None:
-            return []
-
-        async def work(client: AsyncClient[bytes]) -> builtins.list[QueueItem]:
-            return self._took(await scripts.CLAIM.arun(client, *call, self.wait))
-
-        return await self._ado(work)
-
-    def _took(self, raws: Any) -> builtins.list[QueueItem]:
-        """The claimed items, their queue and domains noted (the keys a later reschedule declares)."""
-        items = []
-        for raw in raws:
-            found = fields(raw)
-            item = item_of(found)
-            self._shapes.note(item.id, found)
-            items.append(item)
-        return items
+    # --- renewing (claiming: redis_claiming.py) -------------------------------------------
 
     def _renew_args(self, ids: Sequence[uuid.UUID], owner: str, lease_expires: datetime) -> builtins.list[scripts.Arg]:
         check_owner(owner)

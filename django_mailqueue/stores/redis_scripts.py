@@ -175,7 +175,7 @@ def _first_is_ok(reply: Any) -> bool:
 
 SCHEMA = LuaScript("schema")
 ADD = LuaScript("add", uses=["keys", "replay", "store_items", "quota"], wrote=_first_is_ok)
-CLAIM = LuaScript("claim", uses=["replay"])
+CLAIM = LuaScript("claim", uses=["keys", "replay"], wrote=lambda reply: len(reply) > 1)
 RENEW = LuaScript("renew")
 COMPLETE = LuaScript(
     "complete", uses=["keys", "replay", "store_items", "store_suppressions", "quota"], wrote=lambda reply: reply == 1
@@ -185,8 +185,8 @@ QUOTA_GIVE = LuaScript("quota_give", uses=["quota"], wrote=lambda reply: reply =
 RESCHEDULE = LuaScript("reschedule", uses=["keys", "store_items"], wrote=lambda reply: reply == 1)
 CANCEL = LuaScript("cancel", uses=["keys", "store_items"])
 TAKE_TOKENS = LuaScript("take_tokens")
-SUSPEND = LuaScript("suspend")
-SUSPENSIONS = LuaScript("suspensions")
+SUSPEND = LuaScript("suspend", uses=["keys"])
+SUSPENSIONS = LuaScript("suspensions", uses=["keys"])
 CLEAR_SUSPENSION = LuaScript("clear_suspension")
 TAKE_PROBE = LuaScript("take_probe", wrote=lambda reply: int(reply[0]) == 0)
 END_PROBE = LuaScript("end_probe", wrote=lambda reply: int(reply) > 0)

@@ -72,8 +72,17 @@ class RedisShaping(QueueStore):
         args = [repr(float(rate)), str(burst), str(want), str(to_micros(now))]
         return _Call(scripts.TAKE_TOKENS, [self.keys.bucket(key)], args, int, waits=False)
 
-    def _suspend(self, destination: str, until: datetime, reply: Reply, now: datetime) -> _Call[Suspension]:
-        check_suspend(destination, until, reply, now)
+    def _forgotten(self, now: datetime) -> tuple[scripts.Arg, ...]:
+        """The read before a suspension: the destinations whose records are forgotten by now (suspend.lua)."""
+        return ("ZRANGEBYSCORE", self.keys.suspended, "-inf", str(to_micros(now) - _FORGET_US))
+
+    def _in_force(self, now: datetime) -> tuple[scripts.Arg, ...]:
+        """The read before `suspensions()` of every destination: those suspended after now."""
+        return ("ZRANGEBYSCORE", self.keys.suspended, f"({to_micros(now)}", "+inf")
+
+    def _suspend(
+        self, destination: str, until: datetime, reply: Reply, now: datetime, forgotten: Sequence[bytes]
+    ) -> _Call[Suspension]:
         args: list[scripts.Arg] = [
             self.keys.prefix,
             destination,
@@ -83,19 +92,26 @@ class RedisShaping(QueueStore):
             "" if reply.code is None else str(reply.code),
             reply.status,
             reply.text,
+            *forgotten,
+        ]
+        keys = [
+            self.keys.suspended,
+            self.keys.suspension(destination),
+            self.keys.probe(destination),
+            *(self.keys.suspension(text(gone)) for gone in forgotten),
         ]
 
         def read(raw: Any) -> Suspension:
             ends, since, strikes = (int(text(part)) for part in raw)
             return Suspension(destination, from_micros(ends), reply, from_micros(since), strikes)
 
-        return _Call(scripts.SUSPEND, [self.keys.suspended, self.keys.probe(destination)], args, read)
+        return _Call(scripts.SUSPEND, list(dict.fromkeys(keys)), args, read)
 
-    def _suspensions(self, now: datetime, destinations: Sequence[str] | None) -> _Call[builtins.list[Suspension]]:
-        check_aware(now, "now")
-        wanted = [] if destinations is None else list(dict.fromkeys(destinations))
-        args = [self.keys.prefix, str(to_micros(now)), "0" if destinations is None else "1", *wanted]
-        return _Call(scripts.SUSPENSIONS, [self.keys.suspended], args, _read_suspensions, waits=False)
+    def _suspensions(self, now: datetime, destinations: Sequence[str]) -> _Call[builtins.list[Suspension]]:
+        wanted = list(dict.fromkeys(destinations))
+        args = [self.keys.prefix, str(to_micros(now)), *wanted]
+        keys = [self.keys.suspension(destination) for destination in wanted]
+        return _Call(scripts.SUSPENSIONS, keys, args, _read_suspensions, waits=False)
 
     def _take_probe(
         self, destination: str, holder: str, until: datetime, now: datetime
@@ -152,19 +168,43 @@ class RedisShaping(QueueStore):
     async def atake_tokens(self, key: str, *, rate: float, burst: int, want: int, now: datetime) -> int:
         return await self._arun(self._take(key, rate, burst, want, now))
 
+    # A suspension and the suspensions of every destination read the destinations first (their records' keys
+    # are then declared: docs/redis.md, "The scripts"); a suspension is rare, `suspensions()` a refresh.
+
+    def _shaping_read(self, command: tuple[scripts.Arg, ...]) -> builtins.list[bytes]:
+        return builtins.list(self._do(lambda client: client.execute_command(*command)))  # type: ignore[no-untyped-call, unused-ignore]
+
+    async def _ashaping_read(self, command: tuple[scripts.Arg, ...]) -> builtins.list[bytes]:
+        async def work(client: AsyncClient[bytes]) -> Any:
+            return await client.execute_command(*command)  # type: ignore[no-untyped-call, unused-ignore]
+
+        return builtins.list(await self._ado(work))
+
     def suspend(self, destination: str, *, until: datetime, reply: Reply, now: datetime) -> Suspension:
-        return self._run(self._suspend(destination, until, reply, now))
+        check_suspend(destination, until, reply, now)
+        forgotten = self._shaping_read(self._forgotten(now))
+        return self._run(self._suspend(destination, until, reply, now, forgotten))
 
     async def asuspend(self, destination: str, *, until: datetime, reply: Reply, now: datetime) -> Suspension:
-        return await self._arun(self._suspend(destination, until, reply, now))
+        check_suspend(destination, until, reply, now)
+        forgotten = await self._ashaping_read(self._forgotten(now))
+        return await self._arun(self._suspend(destination, until, reply, now, forgotten))
 
     def suspensions(self, *, now: datetime, destinations: Sequence[str] | None = None) -> builtins.list[Suspension]:
-        return self._run(self._suspensions(now, destinations))
+        check_aware(now, "now")
+        wanted = destinations
+        if wanted is None:
+            wanted = [text(d) for d in self._shaping_read(self._in_force(now))]
+        return self._run(self._suspensions(now, wanted)) if wanted else []
 
     async def asuspensions(
         self, *, now: datetime, destinations: Sequence[str] | None = None
     ) -> builtins.list[Suspension]:
-        return await self._arun(self._suspensions(now, destinations))
+        check_aware(now, "now")
+        wanted = destinations
+        if wanted is None:
+            wanted = [text(d) for d in await self._ashaping_read(self._in_force(now))]
+        return await self._arun(self._suspensions(now, wanted)) if wanted else []
 
     def clear_suspension(self, destination: str) -> bool:
         return self._run(self._clear(destination))

@@ -23,11 +23,14 @@ pytestmark = pytest.mark.redis
 DECLARING = (
     scripts.SCHEMA,
     scripts.ADD,
+    scripts.CLAIM,
     scripts.RENEW,
     scripts.COMPLETE,
     scripts.RESCHEDULE,
     scripts.CANCEL,
     scripts.TAKE_TOKENS,
+    scripts.SUSPEND,
+    scripts.SUSPENSIONS,
     scripts.CLEAR_SUSPENSION,
     scripts.TAKE_PROBE,
     scripts.END_PROBE,
@@ -37,9 +40,6 @@ DECLARING = (
 #: Not yet: they name keys they find in the data (a claim's candidates, the items of an index, suspension
 #: records) from the prefix (docs/redis.md, "The scripts").
 NOT_YET = (
-    scripts.CLAIM,
-    scripts.SUSPEND,
-    scripts.SUSPENSIONS,
     scripts.DEFER_DESTINATION,
     scripts.SELECT,
     scripts.OVERVIEW,

@@ -1,52 +1,61 @@
--- claim.lua (after replay.lua): lease up to `limit` due items to an owner, earliest due first.
+-- claim.lua (after keys.lua and replay.lua): lease up to `limit` of the due candidates the store read just
+-- before (redis_claiming.py), earliest due first, each checked again here: the script runs whole, the read did not.
 --
--- KEYS[1]  <prefix>leases   sorted set, leased items by when they become claimable again:
---                           the later of the lease's expiry and the next attempt
--- KEYS[2]  <prefix>items    sorted set, every item by next attempt
--- KEYS[3]  <prefix>queues   set, names of the queues whose ready set may hold items
--- KEYS[4]  (when the store retries) the call's marker, <prefix>replay:<ms>:<token> (see replay.lua)
--- ARGV[1]  the prefix (item keys, <prefix>ready:<queue>, <prefix>message:<id>)
+-- KEYS  <prefix>leases, <prefix>items, <prefix>queues, the ready set <prefix>ready:<queue> of each queue
+--       below, <prefix>item:<id> and <prefix>message:<id> of each candidate, and (when the store retries) the
+--       call's marker, <prefix>replay:<ms>:<token> (see replay.lua) — every key it touches (keys.lua)
+-- ARGV[1]  the prefix (the keys above are found by their names after it)
 -- ARGV[2]  owner
 -- ARGV[3]  now (µs)
 -- ARGV[4]  lease expiry (µs)
 -- ARGV[5]  limit
--- ARGV[6..] the queues in the order they are served; none: every queue, merged
+-- ARGV[6]  'lanes': the queues below are served in their order; 'all': every queue (those of <prefix>queues
+--          when read), merged, and a queue whose ready set is gone leaves <prefix>queues
+-- ARGV[7]  q, how many queues follow; then per queue its name, c, and c members of its ready set read due
+-- then    e, and e members of <prefix>leases read expired (scored by now)
 --
--- Candidates are the first due members of each queue's ready set
--- (<prefix>ready:<queue>, scored by next attempt) and every expired, due lease.
--- Within a queue (or across all when no queue is named) the earliest next
--- attempt comes first, then the oldest: a member is a 16-digit sequence number,
--- ':', and the id. A claim moves an item to `leases`, sets owner and expires,
--- bumps `rev`, and bumps `reclaims` when it takes an expired lease.
--- A member whose item hash is gone is dropped here, with its message.
+-- A candidate is taken only while still as read, as its item's hash says (docs/redis.md, "The keys": an item is
+-- in its ready set while it has no owner and is not kept failed, in `leases` while it has one, scored by its next
+-- attempt / the later of its expiry and next attempt): the same member, due by now, and not leased (a ready one)
+-- or leased with the lease expired (a lease read), its queue among those served. Within a
+-- queue (or across all with 'all') the earliest next attempt comes first, then the oldest: a member is a
+-- 16-digit sequence number, ':', and the id. A claim moves an item to `leases`, sets owner and expires, bumps
+-- `rev`, and bumps `reclaims` when it takes an expired lease. A member whose item hash is gone is dropped
+-- here, with its message.
 --
--- Returns a list with, per claimed item, its hash after the claim as a flat
--- list of fields and values, in claim order. A retry of a call that ran (its marker
--- found) returns the items that call claimed and the owner still holds, and claims nothing.
-local prefix, owner, now, expires = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+-- Returns {skipped, hash, hash, …}: how many candidates were not taken because they had changed since the
+-- read or were dropped (the store reads again when it got fewer than `limit` and skipped is above 0), then
+-- per claimed item its hash after the claim as a flat list of fields and values, in claim order. A retry of a
+-- call that ran (its marker found) returns the items that call claimed and the owner still holds, and claims
+-- nothing.
+local key, marker = declared(ARGV[1])
+local owner, now, expires = ARGV[2], ARGV[3], ARGV[4]
 local limit = tonumber(ARGV[5])
-local expires_n = tonumber(expires)
+local now_n, expires_n = tonumber(now), tonumber(expires)
+local leases_key, items_key, queues_key = key('leases'), key('items'), key('queues')
 
-local prior = replayed(KEYS[4])
+local prior = replayed(marker)
 if prior then
-  local out = {}
+  local out = {0}
   for id in string.gmatch(prior, '[^ ]+') do
-    local key = prefix .. 'item:' .. id
-    if redis.call('HGET', key, 'owner') == owner then
-      table.insert(out, redis.call('HGETALL', key))
+    local item = key('item:' .. id)
+    if redis.call('HGET', item, 'owner') == owner then
+      table.insert(out, redis.call('HGETALL', item))
     end
   end
   return out
 end
 local claimed = {}
+local skipped = 0
 
 local function drop(member, ready_key)
-  redis.call('ZREM', KEYS[1], member)
-  redis.call('ZREM', KEYS[2], member)
+  redis.call('ZREM', leases_key, member)
+  redis.call('ZREM', items_key, member)
   if ready_key then
     redis.call('ZREM', ready_key, member)
   end
-  redis.call('DEL', prefix .. 'message:' .. string.sub(member, 18))
+  redis.call('DEL', key('message:' .. string.sub(member, 18)))
+  skipped = skipped + 1
 end
 
 local function earlier(a, b)
@@ -56,14 +65,43 @@ local function earlier(a, b)
   return a.seq < b.seq
 end
 
+-- The queues as given, each with its candidates still due in its ready set.
+local lanes = {}
+local at = 8
+for _ = 1, tonumber(ARGV[7]) do
+  local queue, c = ARGV[at], tonumber(ARGV[at + 1])
+  local ready_key = key('ready:' .. queue)
+  local list = {}
+  for i = at + 2, at + 1 + c do
+    local member = ARGV[i]
+    local id = string.sub(member, 18)
+    -- Still in its ready set, due, as the item says: a ready item has no owner and is not kept failed, and its
+    -- score is its next attempt (one HMGET, what the one-script claim's EXISTS cost).
+    local f = redis.call('HMGET', key('item:' .. id), 'member', 'next', 'owner', 'failed')
+    if not f[1] then
+      drop(member, ready_key)
+    elseif f[1] ~= member or f[3] or f[4] or tonumber(f[2]) > now_n then
+      skipped = skipped + 1
+    else
+      table.insert(list, {member = member, id = id, due = tonumber(f[2]),
+                          seq = tonumber(string.sub(member, 1, 16)), key = ready_key})
+    end
+  end
+  table.insert(lanes, {queue = queue, key = ready_key, list = list})
+  at = at + 2 + c
+end
+
 -- Expired leases of due items, by queue: few, the leftovers of stopped workers.
 local expired = {}
-local leased = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)
-for _, member in ipairs(leased) do
+for i = at + 1, at + tonumber(ARGV[at]) do
+  local member = ARGV[i]
   local id = string.sub(member, 18)
-  local f = redis.call('HMGET', prefix .. 'item:' .. id, 'queue', 'next')
+  -- Still leased and claimable by now: its score in `leases` is the later of its expiry and its next attempt.
+  local f = redis.call('HMGET', key('item:' .. id), 'queue', 'next', 'member', 'owner', 'expires')
   if not f[1] then
     drop(member, nil)
+  elseif f[3] ~= member or not f[4] or tonumber(f[5]) > now_n or tonumber(f[2]) > now_n then
+    skipped = skipped + 1
   else
     local list = expired[f[1]]
     if not list then
@@ -75,75 +113,51 @@ for _, member in ipairs(leased) do
   end
 end
 
--- The first `want` due members of a queue's ready set whose items exist.
-local function ready(queue, want, into)
-  local key = prefix .. 'ready:' .. queue
-  local taken = 0
-  while taken < want do
-    local got = redis.call('ZRANGEBYSCORE', key, '-inf', now, 'WITHSCORES', 'LIMIT', taken, want - taken)
-    if #got == 0 then
-      break
-    end
-    for i = 1, #got, 2 do
-      local member = got[i]
-      local id = string.sub(member, 18)
-      if redis.call('EXISTS', prefix .. 'item:' .. id) == 1 then
-        table.insert(into, {member = member, id = id, due = tonumber(got[i + 1]),
-                            seq = tonumber(string.sub(member, 1, 16)), key = key})
-        taken = taken + 1
-      else
-        drop(member, key)
-      end
-    end
-  end
-  return key
-end
-
 local function take(list, want, out)
   table.sort(list, earlier)
   for i = 1, math.min(want, #list) do
     local c = list[i]
-    local key = prefix .. 'item:' .. c.id
+    local item = key('item:' .. c.id)
     -- A ZREM first: under maxmemory Redis refuses a script at a first write that
     -- may add memory, and a claim should still run to drain a full queue.
     if c.leased then
-      redis.call('ZREM', KEYS[1], c.member)
-      redis.call('HINCRBY', key, 'reclaims', 1)
+      redis.call('ZREM', leases_key, c.member)
+      redis.call('HINCRBY', item, 'reclaims', 1)
     else
       redis.call('ZREM', c.key, c.member)
     end
-    redis.call('HSET', key, 'owner', owner, 'expires', expires)
-    redis.call('HINCRBY', key, 'rev', 1)
+    redis.call('HSET', item, 'owner', owner, 'expires', expires)
+    redis.call('HINCRBY', item, 'rev', 1)
     local score = expires
     if c.due > expires_n then
-      score = redis.call('HGET', key, 'next')
+      score = redis.call('HGET', item, 'next')
     end
-    redis.call('ZADD', KEYS[1], score, c.member)
-    table.insert(out, redis.call('HGETALL', key))
+    redis.call('ZADD', leases_key, score, c.member)
+    table.insert(out, redis.call('HGETALL', item))
     table.insert(claimed, c.id)
   end
 end
 
-local out = {}
-if #ARGV > 5 then
-  for i = 6, #ARGV do
-    local want = limit - #out
+local out = {0}
+if ARGV[6] == 'lanes' then
+  for _, lane in ipairs(lanes) do
+    local want = limit - (#out - 1)
     if want <= 0 then
       break
     end
-    local list = {}
-    ready(ARGV[i], want, list)
-    for _, c in ipairs(expired[ARGV[i]] or {}) do
-      table.insert(list, c)
+    for _, c in ipairs(expired[lane.queue] or {}) do
+      table.insert(lane.list, c)
     end
-    take(list, want, out)
+    take(lane.list, want, out)
   end
 else
   local list = {}
-  for _, queue in ipairs(redis.call('SMEMBERS', KEYS[3])) do
-    local key = ready(queue, limit, list)
-    if redis.call('EXISTS', key) == 0 then
-      redis.call('SREM', KEYS[3], queue)
+  for _, lane in ipairs(lanes) do
+    for _, c in ipairs(lane.list) do
+      table.insert(list, c)
+    end
+    if redis.call('EXISTS', lane.key) == 0 then
+      redis.call('SREM', queues_key, lane.queue)
     end
   end
   for _, leases in pairs(expired) do
@@ -153,7 +167,8 @@ else
   end
   take(list, limit, out)
 end
+out[1] = skipped
 if #claimed > 0 then
-  mark(KEYS[4], table.concat(claimed, ' '))
+  mark(marker, table.concat(claimed, ' '))
 end
 return out

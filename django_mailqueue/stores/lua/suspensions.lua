@@ -1,29 +1,23 @@
--- suspensions.lua: the suspensions in force.
+-- suspensions.lua (after keys.lua; reads only): the suspensions in force among some destinations.
 --
--- KEYS[1]  <prefix>suspended    sorted set, destinations by until (µs)
--- ARGV[1]  the prefix (each destination's hash: <prefix>suspension:<destination>)
+-- KEYS  <prefix>suspension:<destination> of each destination below — every key it reads (keys.lua)
+-- ARGV[1]  the prefix (the keys above are found by their names after it)
 -- ARGV[2]  now (µs)
--- ARGV[3]  '1' when only the destinations that follow are wanted, '0' for all
--- ARGV[4…] the destinations wanted
+-- ARGV[3…] the destinations: those asked for, or (all) those the store read from <prefix>suspended scored
+--          after now
 --
 -- Returns, per suspension in force (its until after now), the destination then its hash as
 -- HGETALL gives it.
-local prefix, now = ARGV[1], ARGV[2]
-local destinations = {}
-if ARGV[3] == '1' then
-  for i = 4, #ARGV do
-    destinations[#destinations + 1] = ARGV[i]
-  end
-else
-  destinations = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf')
-end
+local key = declared(ARGV[1])
+local now = tonumber(ARGV[2])
 local found = {}
-for _, destination in ipairs(destinations) do
-  local key = prefix .. 'suspension:' .. destination
-  local ends = redis.call('HGET', key, 'until')
-  if ends and tonumber(ends) > tonumber(now) then
+for i = 3, #ARGV do
+  local destination = ARGV[i]
+  local record = key('suspension:' .. destination)
+  local ends = redis.call('HGET', record, 'until')
+  if ends and tonumber(ends) > now then
     found[#found + 1] = destination
-    found[#found + 1] = redis.call('HGETALL', key)
+    found[#found + 1] = redis.call('HGETALL', record)
   end
 end
 return found
