@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -14,7 +15,9 @@ import redis
 
 from tests.support.services import skip_or_fail
 
-REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
+#: The server binary the tests start (a single server, a Cluster's nodes, Sentinel's): `MAILQUEUE_TEST_REDIS_SERVER`
+#: names another, e.g. a `valkey-server` (docs/redis.md, "Valkey").
+REDIS_SERVER = os.environ.get("MAILQUEUE_TEST_REDIS_SERVER") or shutil.which("redis-server") or "/usr/bin/redis-server"
 
 
 def free_port() -> int:
