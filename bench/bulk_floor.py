@@ -33,13 +33,9 @@ from pathlib import Path
 
 import django
 
-from bench.sqlite_single import ONE_ROW, fresh
+from bench.sqlite_single import ONE_ROW, ONE_ROW_INSERT, fresh
 
 BATCH = 100
-INSERT = (
-    "INSERT INTO item (id, sender, recipient, domain, size, created, next_attempt, attempts, queue, owner,"
-    " lease_expires, revision, message_id, subject, data) VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, NULL, NULL, 0, ?, ?, ?)"
-)
 
 
 #: `split`: the bytes in a table of their own, keyed by the item's rowid (no index of their own)
@@ -47,7 +43,10 @@ SPLIT = (
     *(sql.replace(", data BLOB NOT NULL", "") for sql in ONE_ROW),
     "CREATE TABLE message (item INTEGER PRIMARY KEY, data BLOB NOT NULL)",
 )
-SPLIT_INSERT = INSERT.replace("(id,", "(seq, id,").replace("(?,", "(?, ?,").replace(", data)", ")").replace(", ?)", ")")
+SPLIT_INSERT = (
+    "INSERT INTO item (seq, id, sender, recipient, domain, size, created, next_attempt, attempts, queue, owner,"
+    " lease_expires, revision, message_id, subject) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, ?, NULL, NULL, 0, ?, ?)"
+)
 
 
 def on_sqlite(path: Path, layout: str, count: int, size: int) -> float:
@@ -84,7 +83,7 @@ def on_sqlite(path: Path, layout: str, count: int, size: int) -> float:
             )
         db.execute("BEGIN")
         if layout == "one_row":
-            db.executemany(INSERT, rows)
+            db.executemany(ONE_ROW_INSERT, rows)
         else:  # the rowids given, as a writer holding the lock knows them: two `executemany`, no round trip a row
             first = next_seq[0]
             next_seq[0] += len(rows)

@@ -44,6 +44,11 @@ ONE_ROW = (
     "CREATE INDEX item_queue_due ON item (queue, next_attempt, seq)",
     "CREATE INDEX item_queue_untried ON item (queue, next_attempt, seq) WHERE attempts = 0",
 )
+#: One `ONE_ROW` item: id, sender, recipient, domain, size, created, next attempt, queue, Message-ID, subject, bytes.
+ONE_ROW_INSERT = (
+    "INSERT INTO item (id, sender, recipient, domain, size, created, next_attempt, attempts, queue, owner,"
+    " lease_expires, revision, message_id, subject, data) VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, NULL, NULL, 0, ?, ?, ?)"
+)
 OUR_SQL = (
     "INSERT INTO mailqueue_item (id, sender, size, created, next_attempt, attempts, queue, owner, lease_expires,"
     " revision, reclaims, delay_warned, message_id, subject) VALUES (?, ?, ?, ?, ?, 0, ?, NULL, NULL, 0, 0, 0, ?, ?)"
@@ -96,17 +101,12 @@ def one_row(path: Path, count: int, size: int) -> dict[str, float]:
     db = sqlite3.connect(path, isolation_level=None)
     for sql in ONE_ROW:
         db.execute(sql)
-    insert = (
-        "INSERT INTO item (id, sender, recipient, domain, size, created, next_attempt, attempts, queue, owner,"
-        " lease_expires, revision, message_id, subject, data)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, 0, '', NULL, NULL, 0, ?, ?, ?)"
-    )
 
     def send(i: int) -> None:
         now = time.time_ns() // 1000
         data = payload(i, size)
         row = (new_id(), "sender@bench.example", f"rcpt{i:05d}@bench.example", "bench.example", len(data), now, now)
-        db.execute(insert, (*row, f"<{i}@bench.example>", f"bench {i:05d}", data))
+        db.execute(ONE_ROW_INSERT, (*row, "", f"<{i}@bench.example>", f"bench {i:05d}", data))
 
     out = timed(send, count)
     db.close()
