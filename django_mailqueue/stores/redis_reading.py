@@ -21,6 +21,7 @@ from ..core.status import QueueSummary
 from . import redis_scripts as scripts
 from .base import OVERVIEW_QUEUES, QueueStore
 from .inputs import check_order
+from .redis_claiming import ROUNDS
 from .redis_clients import SyncClient
 from .redis_layout import SEARCH_LAYOUT, Keys, addresses, fields, text, to_item, words
 
@@ -85,23 +86,37 @@ class RedisReading(QueueStore):
     def _select(
         self, query: ItemQuery, *, offset: int, limit: int, reverse: bool = False, count: bool = False, start: str = ""
     ) -> Any:
-        """select.lua: the items passing the query's state, queue and domain filters, from their indexes."""
+        """select.lua: the items passing the query's state, queue and domain filters, from their indexes. It reads the
+        items whose keys it is given: the first call none, then those it asked for (`_Selecting`)."""
         if query.state is not None and query.now is None:
             raise ValueError("a state filter needs `now`")
-        args: builtins.list[scripts.Arg] = [
-            self.keys.prefix,
-            str(to_micros(query.now)) if query.now is not None else "0",
-            query.state.value if query.state is not None else "",
-            query.queue or "",
-            query.domain.lower() if query.domain is not None else "",
-            str(offset),
-            str(limit),
-            "1" if reverse else "",
-            "count" if count else "list",
-            start,
-            _NEVER,
-        ]
-        return self._do(lambda client: scripts.SELECT.run(client, [self.keys.items, self.keys.leases], args))
+        scope = [self.keys.items, self.keys.leases, self.keys.tried]
+        if query.domain is not None:
+            scope += [self.keys.domain(query.domain.lower()), self.keys.tried_domain(query.domain.lower())]
+        elif query.queue is not None:
+            scope += [self.keys.queue(query.queue), self.keys.tried_queue(query.queue)]
+        walk = _Selecting(offset, limit, start)
+        while True:
+            args: builtins.list[scripts.Arg] = [
+                self.keys.prefix,
+                str(to_micros(query.now)) if query.now is not None else "0",
+                query.state.value if query.state is not None else "",
+                query.queue or "",
+                query.domain.lower() if query.domain is not None else "",
+                str(walk.offset),
+                str(walk.limit),
+                "1" if reverse else "",
+                "count" if count else "list",
+                walk.start,
+                _NEVER,
+                walk.member,
+                "1" if walk.last_round else "",
+            ]
+            keys = [*scope, *(self.keys.item(text(member)[17:]) for member in walk.asked)]
+            reply = self._do(_script(scripts.SELECT, keys, args))
+            if not _asks(reply):
+                return walk.ended(reply, count=count)
+            walk.went_on(reply)
 
     @staticmethod
     def _by_domain(query: ItemQuery | None) -> ItemQuery | None:
@@ -363,10 +378,22 @@ class RedisReading(QueueStore):
 
     def _state_counts(self, now: datetime, names: Sequence[str]) -> builtins.list[dict[ItemState, int]]:
         """overview.lua: every state's count of the whole queue, then of each queue named, in one step (the
-        leases read once, every other count `ZCARD`/`ZCOUNT` of the sets the scripts keep)."""
-        args: builtins.list[scripts.Arg] = [self.keys.prefix, str(to_micros(now)), _NEVER, *names]
+        leases read once, every other count `ZCARD`/`ZCOUNT` of the sets the scripts keep). The script reads the
+        leases' items whose keys it is given: the first call none, then those it asked for, at most `ROUNDS`."""
         keys = [self.keys.items, self.keys.leases, self.keys.tried]
-        scopes = self._do(lambda client: scripts.OVERVIEW.run(client, keys, args))
+        keys += [key for name in names for key in (self.keys.queue(name), self.keys.tried_queue(name))]
+        for round_ in range(ROUNDS):
+            args: builtins.list[scripts.Arg] = [
+                self.keys.prefix,
+                str(to_micros(now)),
+                _NEVER,
+                "1" if round_ == ROUNDS - 1 else "",
+                *names,
+            ]
+            scopes = self._do(_script(scripts.OVERVIEW, keys, args))
+            if not _asks(scopes):
+                break
+            keys = [*keys, *(self.keys.item(text(member)[17:]) for member in scopes[1:])]
         return [{state: int(n) for state, n in zip(_STATE_ORDER, counts, strict=True)} for counts in scopes]
 
     def count_by_state(self, query: ItemQuery, *, limit: int) -> dict[ItemState, int]:
@@ -418,3 +445,50 @@ class RedisReading(QueueStore):
             first += size
             if first >= total:
                 return
+
+
+def _script(script: scripts.LuaScript, keys: Sequence[str], args: Sequence[scripts.Arg]) -> Callable[[Any], Any]:
+    return lambda client: script.run(client, keys, args)
+
+
+def _asks(reply: Any) -> bool:
+    """Whether a reply of select.lua or overview.lua is `{'again', …}`: it met items whose keys were not declared."""
+    return isinstance(reply, list) and bool(reply) and reply[0] in (b"again", "again")
+
+
+class _Selecting:
+    """Where select.lua's calls are: what is left to pass over and to find, where to go on from, the items found
+    so far, and the members whose items the next call declares (those the last one asked for)."""
+
+    def __init__(self, offset: int, limit: int, start: str) -> None:
+        self.offset, self.limit, self.start = offset, limit, start
+        self.member: str | bytes = ""
+        self.asked: builtins.list[bytes] = []
+        self.found: builtins.list[Any] = []
+        self.counted = 0
+        #: calls in a row that asked again at the same place (each an item that came there since the last)
+        self.stuck = 0
+
+    @property
+    def last_round(self) -> bool:
+        return self.stuck >= ROUNDS - 1
+
+    def went_on(self, reply: Any) -> None:
+        """After `{'again', rank, member, passed, found, hashes, asked}`: from there, the asked declared."""
+        _, rank, member, passed, found, hashes, asked = reply
+        progress = int(passed) + int(found)
+        if int(rank) == -2:  # a lease not declared: from the start again, every lease asked for declared
+            self.asked = [*self.asked, *asked]
+            self.stuck += 1
+            return
+        self.stuck = 0 if progress or member != self.member else self.stuck + 1
+        self.offset -= int(passed)
+        self.limit -= int(found)
+        self.counted += int(found)
+        self.found += hashes
+        self.start, self.member, self.asked = str(int(rank)), member, builtins.list(asked)
+
+    def ended(self, reply: Any, *, count: bool) -> Any:
+        if count:
+            return self.counted + int(reply)
+        return [reply[0], self.found + builtins.list(reply[1])]

@@ -190,13 +190,13 @@ SUSPENSIONS = LuaScript("suspensions", uses=["keys"])
 CLEAR_SUSPENSION = LuaScript("clear_suspension")
 TAKE_PROBE = LuaScript("take_probe", wrote=lambda reply: int(reply[0]) == 0)
 END_PROBE = LuaScript("end_probe", wrote=lambda reply: int(reply) > 0)
-DEFER_DESTINATION = LuaScript("defer_destination", uses=["store_items"])
+DEFER_DESTINATION = LuaScript("defer_destination", uses=["keys", "store_items"])
 SUPPRESSION = LuaScript("suppression", uses=["store_suppressions"], wrote=lambda reply: int(reply) > 0)
-SELECT = LuaScript("select")
-OVERVIEW = LuaScript("overview")
+SELECT = LuaScript("select", uses=["keys"])
+OVERVIEW = LuaScript("overview", uses=["keys"])
 REINDEX = LuaScript("reindex", uses=["keys", "store_items"], wrote=lambda reply: int(reply) > 0)
 FAILED = LuaScript(
-    "failed", uses=["store_items"], wrote=lambda reply: any(reply) if isinstance(reply, list) else bool(reply)
+    "failed", uses=["keys", "store_items"], wrote=lambda reply: any(reply) if isinstance(reply, list) else bool(reply)
 )
 
 ALL = (

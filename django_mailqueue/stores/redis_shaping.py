@@ -1,4 +1,4 @@
-"""The Redis store's traffic shaping: token buckets, suspensions, a destination's items deferred — a script each."""
+"""The Redis store's traffic shaping: token buckets, suspensions, a destination's items deferred (read first)."""
 
 from __future__ import annotations
 
@@ -142,23 +142,33 @@ class RedisShaping(QueueStore):
         keys = [self.keys.suspended, self.keys.suspension(destination)]
         return _Call(scripts.CLEAR_SUSPENSION, keys, [destination], lambda raw: int(raw) > 0)
 
-    def _defer(
-        self, domains: Sequence[str], until: datetime, now: datetime, place: tuple[int, int]
-    ) -> _Call[tuple[int, tuple[int, int] | None]]:
-        """One slice: from `place` (a candidate set, members passed over in it), how many moved and the next
-        slice's place (None when every candidate set is done)."""
+    def _defer_read(self, domains: Sequence[str], until: datetime, place: tuple[int, int]) -> _DeferRead:
+        """The read before a slice: from `place` (a domain's set, members passed over in it), up to `DEFER_SLICE`
+        members before `until`, then each one's queue and domains (the keys the slice's script declares)."""
         wanted = sorted({domain.lower() for domain in domains})
-        candidates = [self.keys.domain(domain) for domain in wanted]  # the admin's domain index
+        return _DeferRead(self.keys, wanted, self.keys.domain(wanted[place[0] - 1]), f"({to_micros(until)}", place[1])
+
+    def _defer(
+        self, read: _DeferRead, found: Sequence[bytes], shapes: Sequence[Any], until: datetime, now: datetime
+    ) -> _Call[int]:
+        """One slice: defer_destination.lua on the candidates read, their keys declared; how many moved."""
+        keys = [self.keys.leases, self.keys.items, self.keys.queues, *self.keys.indexes]
+        for member, (queue, held) in zip(found, shapes, strict=True):
+            item_id = text(member)[17:]
+            keys.append(self.keys.item(item_id))
+            if queue is not None:
+                keys += [self.keys.ready(text(queue)), *self.keys.of_shape(text(queue), text(held or b""))]
         times = [str(to_micros(until)), str(to_micros(now))]
-        where = [str(len(candidates)), str(DEFER_SLICE), str(place[0]), str(place[1])]
-        args = [self.keys.prefix, *times, *where, *candidates, *wanted]
-        keys = [self.keys.leases, self.keys.items, self.keys.queues]
+        args: builtins.list[scripts.Arg] = [self.keys.prefix, *times, str(len(found)), *found, *read.domains]
+        return _Call(scripts.DEFER_DESTINATION, list(dict.fromkeys(keys)), args, int)
 
-        def read(raw: Any) -> tuple[int, tuple[int, int] | None]:
-            moved, candidate, skip = (int(part) for part in raw)
-            return moved, (None if candidate > len(candidates) else (candidate, skip))
-
-        return _Call(scripts.DEFER_DESTINATION, keys, args, read)
+    @staticmethod
+    def _after(read: _DeferRead, place: tuple[int, int], found: int, moved: int) -> tuple[int, int] | None:
+        """The next slice's place: past those left in place, or the next domain's set once this one gave fewer
+        than a slice (None after the last)."""
+        if found == DEFER_SLICE:
+            return place[0], place[1] + found - moved
+        return None if place[0] == len(read.domains) else (place[0] + 1, 0)
 
     # --- the methods --------------------------------------------------------------------
 
@@ -230,23 +240,58 @@ class RedisShaping(QueueStore):
 
     def defer_destination(self, domains: Sequence[str], *, until: datetime, now: datetime) -> int:
         check_defer(domains, until, now)
-        total, place = 0, (1, 0)
-        while True:
-            moved, after = self._run(self._defer(domains, until, now, place))
+        total, place = 0, (1, 0) if domains else None
+        while place is not None:
+            read = self._defer_read(domains, until, place)
+            found, shapes = self._do(read.sync)
+            moved = self._run(self._defer(read, found, shapes, until, now)) if found else 0
             total += moved
-            if after is None:
-                return total
-            place = after
+            place = self._after(read, place, len(found), moved)
+        return total
 
     async def adefer_destination(self, domains: Sequence[str], *, until: datetime, now: datetime) -> int:
         check_defer(domains, until, now)
-        total, place = 0, (1, 0)
-        while True:
-            moved, after = await self._arun(self._defer(domains, until, now, place))
+        total, place = 0, (1, 0) if domains else None
+        while place is not None:
+            read = self._defer_read(domains, until, place)
+            found, shapes = await self._ado(read.asynchronous)
+            moved = await self._arun(self._defer(read, found, shapes, until, now)) if found else 0
             total += moved
-            if after is None:
-                return total
-            place = after
+            place = self._after(read, place, len(found), moved)
+        return total
+
+
+@dataclass(frozen=True)
+class _DeferRead:
+    """The read of one slice's candidates: `DEFER_SLICE` members of a domain's set from `skip` on, scored before
+    `before`, then each one's queue and domains (`HMGET`)."""
+
+    keys: Keys
+    domains: Sequence[str]
+    candidates: str
+    before: str
+    skip: int
+
+    def _range(self) -> tuple[scripts.Arg, ...]:
+        return ("ZRANGEBYSCORE", self.candidates, "-inf", self.before, "LIMIT", self.skip, DEFER_SLICE)
+
+    def sync(self, client: SyncClient[bytes]) -> tuple[builtins.list[bytes], builtins.list[Any]]:
+        found = builtins.list(client.execute_command(*self._range()))  # type: ignore[no-untyped-call, unused-ignore]
+        if not found:
+            return [], []
+        pipe = client.pipeline(transaction=False)
+        for member in found:
+            pipe.execute_command("HMGET", self.keys.item(text(member)[17:]), "queue", "domains")  # type: ignore[no-untyped-call]
+        return found, pipe.execute()
+
+    async def asynchronous(self, client: AsyncClient[bytes]) -> tuple[builtins.list[bytes], builtins.list[Any]]:
+        found = builtins.list(await client.execute_command(*self._range()))  # type: ignore[no-untyped-call, unused-ignore]
+        if not found:
+            return [], []
+        pipe = client.pipeline(transaction=False)
+        for member in found:
+            pipe.execute_command("HMGET", self.keys.item(text(member)[17:]), "queue", "domains")
+        return found, await pipe.execute()
 
 
 def _read_suspensions(raw: Any) -> builtins.list[Suspension]:

@@ -19,7 +19,7 @@ from tests.support.declared_keys import checked
 
 pytestmark = pytest.mark.redis
 
-#: The scripts that touch only keys declared in KEYS.
+#: The scripts that touch only keys declared in KEYS: every one.
 DECLARING = (
     scripts.SCHEMA,
     scripts.ADD,
@@ -36,22 +36,17 @@ DECLARING = (
     scripts.END_PROBE,
     scripts.SUPPRESSION,
     scripts.REINDEX,
-)
-#: Not yet: they name keys they find in the data (a claim's candidates, the items of an index, suspension
-#: records) from the prefix (docs/redis.md, "The scripts").
-NOT_YET = (
+    scripts.FAILED,
     scripts.DEFER_DESTINATION,
     scripts.SELECT,
     scripts.OVERVIEW,
-    scripts.FAILED,
 )
-
 #: A key named inside a script from the prefix: `prefix .. ` followed by anything but the wake-up channel's name.
 BUILT = re.compile(r"\bprefix \.\. (?!'wakeup')")
 
 
-def test_every_script_is_sorted_once() -> None:
-    assert sorted(s.name for s in (*DECLARING, *NOT_YET)) == sorted(s.name for s in scripts.ALL)
+def test_every_script_declares_its_keys() -> None:
+    assert sorted(s.name for s in DECLARING) == sorted(s.name for s in scripts.ALL)
 
 
 @pytest.mark.parametrize("script", DECLARING, ids=lambda s: s.name)
@@ -60,12 +55,6 @@ def test_a_declaring_script_builds_no_key_from_the_prefix(script: scripts.LuaScr
         line.strip() for line in script.source.splitlines() if BUILT.search(line) and not line.lstrip().startswith("--")
     ]
     assert built == [], built
-
-
-@pytest.mark.parametrize("script", NOT_YET, ids=lambda s: s.name)
-def test_a_script_not_yet_declaring_still_builds_keys(script: scripts.LuaScript) -> None:
-    """When one of these is changed to declare its keys, it moves to DECLARING (and this fails until it does)."""
-    assert any(BUILT.search(line) for line in script.source.splitlines())
 
 
 def test_the_check_refuses_a_key_left_undeclared(make: Maker, monkeypatch: pytest.MonkeyPatch) -> None:

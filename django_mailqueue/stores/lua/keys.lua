@@ -2,7 +2,8 @@
 -- uses=...)`): a script touches only the keys its caller declared in KEYS (Redis Cluster runs a script on the
 -- node of its declared keys, and the scripting documentation requires it). `declared(prefix)` gives the function
 -- that finds a declared key by its name after the prefix — an undeclared one is an error, never built — and the
--- call's replay marker, the declared key whose name starts with `replay:` (nil when the store gave none).
+-- call's replay marker, the declared key whose name starts with `replay:` (nil when the store gave none), and
+-- `known`, which finds a declared key or gives nil (a script that read its keys first skips what was not read).
 local function declared(prefix)
   local by_name, marker = {}, nil
   local after = #prefix + 1
@@ -20,5 +21,8 @@ local function declared(prefix)
     end
     return found
   end
-  return key, marker
+  local function known(name)
+    return by_name[name]
+  end
+  return key, marker, known
 end
