@@ -28,7 +28,7 @@ from . import redis_connection as conn
 from . import redis_scripts as scripts
 from . import redis_sentinel as sentinel
 from .inputs import check_completion, check_new_item, check_owner
-from .redis_claiming import RedisClaiming
+from .redis_claiming import Claimed, RedisClaiming
 from .redis_clients import AsyncClient, RedisClients, SyncClient, T
 from .redis_failed import RedisFailed
 from .redis_layout import (
@@ -47,7 +47,7 @@ from .redis_layout import (
     to_item_or_none,
     words,
 )
-from .redis_messages import RedisMessages, _ahgetall, _hgetall
+from .redis_messages import RedisMessages, _hgetall
 from .redis_reading import RedisReading
 from .redis_shaping import RedisShaping
 from .redis_suppression import RedisSuppressionList
@@ -107,6 +107,8 @@ class RedisStore(RedisClaiming, RedisMessages, RedisReading, RedisSuppressionLis
         )
         #: the queue and domains of the items met, for the keys a script declares
         self._shapes = Shapes()
+        #: the items claimed, as claimed, until completed: a completion without a read first
+        self._claimed = Claimed()
         self._queue_names: builtins.list[str] = []
         self.on_commit: bool = bool(self.options.get("on_commit", False))
         timeout = float(self.options.get("socket_timeout", conn.DEFAULT_SOCKET_TIMEOUT))
@@ -295,10 +297,19 @@ class RedisStore(RedisClaiming, RedisMessages, RedisReading, RedisSuppressionLis
 
     # --- completing ---------------------------------------------------------------------
 
-    def _complete_call(
-        self, item_id: uuid.UUID, owner: str, revision: int, completion: Completion, raw: Any, bound: int | str | None
-    ) -> tuple[QueueItem, scripts.Call] | None:
-        """The item after `completion` and the script's keys and arguments; None when the item is gone."""
+    def _as_claimed(
+        self, item_id: uuid.UUID, owner: str, revision: int
+    ) -> tuple[QueueItem, tuple[str, str, str]] | None:
+        """The item as this store's claim left it for `owner` at `revision`, and its shape; None: read it."""
+        before = self._claimed.take(item_id, owner, revision)
+        shape = self._shapes.get(item_id) if before is not None else None
+        return None if before is None or shape is None else (before, shape)
+
+    def _read_before(
+        self, item_id: uuid.UUID, owner: str, revision: int, raw: Any
+    ) -> tuple[QueueItem, tuple[str, str, str]] | None:
+        """The item and its shape from its hash as read (LEASE_LOST unless `owner` holds it at `revision`); None
+        when it is gone."""
         if not raw:
             self._shapes.forget(item_id)
             return None
@@ -306,10 +317,21 @@ class RedisStore(RedisClaiming, RedisMessages, RedisReading, RedisSuppressionLis
         before = item_of(found)
         if before.owner != owner or before.revision != revision:
             raise _lease_lost(item_id, owner)
+        return before, self._shapes.note(item_id, found)
+
+    def _complete_call(
+        self,
+        request: CompleteRequest,
+        before: QueueItem,
+        shape: tuple[str, str, str],
+        bound: int | str | None,
+    ) -> tuple[QueueItem, scripts.Call]:
+        """The item after the completion and the script's keys and arguments."""
+        item_id, completion = request.item_id, request.completion
         after = apply_completion(before, completion)
         keys = self._complete_keys() + self._quota_key(bound)
-        keys += self.keys.of_item(item_id, self._shapes.note(item_id, found))
-        args: builtins.list[scripts.Arg] = [self.keys.prefix, str(item_id), owner, str(revision)]
+        keys += self.keys.of_item(item_id, shape)
+        args: builtins.list[scripts.Arg] = [self.keys.prefix, str(item_id), request.owner, str(request.revision)]
         failed_at = ""
         if after.done and not after.kept:
             args += ["drop", "", "", "", ""]
@@ -329,14 +351,15 @@ class RedisStore(RedisClaiming, RedisMessages, RedisReading, RedisSuppressionLis
             now_us = to_micros(completion.now)
             for dsn in completion.dsns:
                 added = as_added(dsn, completion.now, now_us)
-                shape = _shape(added)
-                args += item_args(dsn, added, now_us, shape)
-                keys += self.keys.of_item(dsn.id, shape)
+                dsn_shape = _shape(added)
+                args += item_args(dsn, added, now_us, dsn_shape)
+                keys += self.keys.of_item(dsn.id, dsn_shape)
         args += suppression_args(completion.suppress)
         return after, (builtins.list(dict.fromkeys(keys)), args)
 
     def _completed(self, item_id: uuid.UUID, owner: str, after: QueueItem, reply: Any) -> QueueItem | None:
         if reply == -1:
+            self._shapes.forget(item_id)
             return None
         if reply == 0:
             raise _lease_lost(item_id, owner)
@@ -363,8 +386,9 @@ class RedisStore(RedisClaiming, RedisMessages, RedisReading, RedisSuppressionLis
             *keys.indexes,
         ]
 
-    # A completion is two round trips, each retried on its own: the read, then the script with a
-    # marker, so that a script retried after a lost answer finds it ran and answers as it did.
+    # A completion of an item this store claimed is one round trip: the script, made from the item as claimed
+    # (complete.lua checks owner and revision). Otherwise it is two, each retried on its own: the read, then the
+    # script. The script carries a marker, so that one retried after a lost answer finds it ran and answers as it did.
 
     def complete(self, item_id: uuid.UUID, *, owner: str, revision: int, completion: Completion) -> QueueItem | None:
         return self._complete(item_id, owner, revision, completion, self.max_items)
@@ -375,11 +399,14 @@ class RedisStore(RedisClaiming, RedisMessages, RedisReading, RedisSuppressionLis
         """`complete`, its DSNs bounded by `bound` (a partition's share: `M:N:p`)."""
         check_owner(owner)
         check_completion(completion)
-        raw = self._do(lambda client: _hgetall(client, self.keys.item(item_id)))
-        call = self._complete_call(item_id, owner, revision, completion, raw, bound)
-        if call is None:
-            return None
-        after, (keys, args) = call
+        known = self._as_claimed(item_id, owner, revision)
+        if known is None:
+            known = self._read_before(
+                item_id, owner, revision, self._do(lambda client: _hgetall(client, self.keys.item(item_id)))
+            )
+            if known is None:
+                return None
+        after, (keys, args) = self._complete_call(CompleteRequest(item_id, owner, revision, completion), *known, bound)
         reply = self._do(lambda client: scripts.COMPLETE.run(client, keys, args, self.wait))
         return self._completed(item_id, owner, after, reply)
 
@@ -391,21 +418,10 @@ class RedisStore(RedisClaiming, RedisMessages, RedisReading, RedisSuppressionLis
     async def _acomplete(
         self, item_id: uuid.UUID, owner: str, revision: int, completion: Completion, bound: int | str | None
     ) -> QueueItem | None:
-        check_owner(owner)
-        check_completion(completion)
-
-        async def read(client: AsyncClient[bytes]) -> Any:
-            return await _ahgetall(client, self.keys.item(item_id))
-
-        call = self._complete_call(item_id, owner, revision, completion, await self._ado(read), bound)
-        if call is None:
-            return None
-        after, (keys, args) = call
-
-        async def write(client: AsyncClient[bytes]) -> Any:
-            return await scripts.COMPLETE.arun(client, keys, args, self.wait)
-
-        return self._completed(item_id, owner, after, await self._ado(write))
+        (answer,) = await self._acomplete_many([CompleteRequest(item_id, owner, revision, completion)], bound)
+        if isinstance(answer, QueueError):
+            raise answer
+        return answer
 
     async def acomplete_many(self, requests: Sequence[CompleteRequest]) -> builtins.list[QueueItem | None | QueueError]:
         return await self._acomplete_many(requests, self.max_items)
@@ -413,34 +429,35 @@ class RedisStore(RedisClaiming, RedisMessages, RedisReading, RedisSuppressionLis
     async def _acomplete_many(
         self, requests: Sequence[CompleteRequest], bound: int | str | None
     ) -> builtins.list[QueueItem | None | QueueError]:
-        """Two round trips for the whole batch: the items read in one pipeline, then each
-        item's COMPLETE script (atomic on its own, as `complete`) in another, each retried on its own."""
+        """One round trip for the whole batch, each item's COMPLETE script (atomic on its own, as `complete`)
+        in one pipeline, each retried on its own; the items this store did not claim read first, in one more."""
         for request in requests:
             check_owner(request.owner)
             check_completion(request.completion)
         if not requests:
             return []
+        befores = [self._as_claimed(r.item_id, r.owner, r.revision) for r in requests]
+        unknown = [index for index, known in enumerate(befores) if known is None]
+        answers: builtins.list[QueueItem | None | QueueError] = [None] * len(requests)
+        if unknown:
 
-        async def read(client: AsyncClient[bytes]) -> Any:
-            reading = client.pipeline(transaction=False)
-            for request in requests:
-                reading.execute_command("HGETALL", self.keys.item(request.item_id))
-            return await reading.execute()
+            async def read(client: AsyncClient[bytes]) -> Any:
+                reading = client.pipeline(transaction=False)
+                for index in unknown:
+                    reading.execute_command("HGETALL", self.keys.item(requests[index].item_id))
+                return await reading.execute()
 
-        raws = await self._ado(read)
-        answers: builtins.list[QueueItem | None | QueueError] = []
+            for index, raw in zip(unknown, await self._ado(read), strict=True):
+                request = requests[index]
+                try:
+                    befores[index] = self._read_before(request.item_id, request.owner, request.revision, raw)
+                except QueueError as exc:
+                    answers[index] = exc
         calls: builtins.list[tuple[int, QueueItem, scripts.Call]] = []
-        for index, (request, raw) in enumerate(zip(requests, raws, strict=True)):
-            try:
-                call = self._complete_call(
-                    request.item_id, request.owner, request.revision, request.completion, raw, bound
-                )
-            except QueueError as exc:
-                answers.append(exc)
-                continue
-            answers.append(None)
-            if call is not None:
-                calls.append((index, call[0], call[1]))
+        for index, (request, known) in enumerate(zip(requests, befores, strict=True)):
+            if known is not None and answers[index] is None:
+                after, call = self._complete_call(request, *known, bound)
+                calls.append((index, after, call))
         if not calls:
             return answers
 

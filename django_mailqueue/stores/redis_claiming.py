@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import abc
 import builtins
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -21,6 +22,28 @@ from .redis_layout import Keys, Shapes, fields, item_of, text
 #: The most read-then-claim rounds a claim makes while other workers take its candidates first: each round that
 #: goes again does so because another claim took (or dropped) what this one read, so they do not go on for long.
 ROUNDS = 8
+
+
+class Claimed:
+    """The items this store claimed, as its claims left them, until their completion: complete.lua checks the
+    owner and revision itself, so a completion made from the claimed item needs no read of it first (every
+    change to an item's outcome fields bumps its revision). Forgets everything past `MOST` items (their
+    completions then read the item, as any completion of an item this store did not claim)."""
+
+    MOST = 10_000
+
+    def __init__(self) -> None:
+        self._items: dict[uuid.UUID, QueueItem] = {}
+
+    def add(self, item: QueueItem) -> None:
+        if len(self._items) >= self.MOST:
+            self._items.clear()
+        self._items[item.id] = item
+
+    def take(self, item_id: uuid.UUID, owner: str, revision: int) -> QueueItem | None:
+        """The item as claimed by `owner` at `revision` (and forgotten), or None."""
+        item = self._items.pop(item_id, None)
+        return item if item is not None and item.owner == owner and item.revision == revision else None
 
 
 @dataclass(frozen=True)
@@ -47,6 +70,7 @@ class RedisClaiming(QueueStore):
     keys: Keys
     wait: scripts.Wait | None
     _shapes: Shapes
+    _claimed: Claimed
     #: the queue names `<prefix>queues` held at the last claim of every queue: read with it in one round trip
     _queue_names: builtins.list[str]
 
@@ -210,6 +234,7 @@ class RedisClaiming(QueueStore):
             found = fields(raw)
             item = item_of(found)
             self._shapes.note(item.id, found)
+            self._claimed.add(item)
             claimed.append(item)
         return int(reply[0]) == 0 or len(claimed) >= limit
 

@@ -90,7 +90,7 @@ def test_a_completion_whose_answer_is_lost_is_recorded_once(
     (item,) = store.claim(owner="w", now=T0, lease_expires=at(60))
     proxy.lose_reply()
     assert store.get(item.id) == item  # a read is read again
-    proxy.lose_reply(after=1)  # the item read, the script's answer lost
+    proxy.lose_reply()  # the script's answer lost (the claimed item is not read again first)
     after = store.complete(item.id, owner="w", revision=item.revision, completion=completion)
     assert proxy.lost == 2
     # not LEASE_LOST, not "no such item": the retried script found its marker
@@ -111,7 +111,7 @@ def test_a_batch_of_completions_whose_answer_is_lost(proxy: LossyProxy, redis_ur
             await store.aadd_many([new_item() for _ in range(3)], now=T0)
             claimed = await store.aclaim(owner="w", now=T0, lease_expires=at(60), limit=3)
             requests = [CompleteRequest(i.id, "w", i.revision, LATER_ON) for i in claimed]
-            proxy.lose_reply(after=1)  # the items read in one pipeline, the scripts' answers lost
+            proxy.lose_reply()  # the scripts' answers lost (one pipeline: the claimed items are not read first)
             return await store.acomplete_many(requests)
         finally:
             await store.aclose()
@@ -129,11 +129,9 @@ def test_the_revision_check_alone_never_records_twice(redis_url: str, prefix: st
     store = RedisStore({"url": redis_url, "key_prefix": prefix})
     store.add(new_item(), now=T0)
     (item,) = store.claim(owner="w", now=T0, lease_expires=at(60))
-    call = store._complete_call(
-        item.id, "w", item.revision, LATER_ON, store._do(lambda c: c.hgetall(store.keys.item(item.id))), None
-    )
-    assert call is not None
-    keys, args = call[1]
+    before = store._read_before(item.id, "w", item.revision, store._do(lambda c: c.hgetall(store.keys.item(item.id))))
+    assert before is not None
+    keys, args = store._complete_call(CompleteRequest(item.id, "w", item.revision, LATER_ON), *before, None)[1]
     assert not [key for key in keys if ":replay:" in key]  # no marker
     assert store._do(lambda c: scripts.COMPLETE.run(c, keys, args)) == 1
     assert store._do(lambda c: scripts.COMPLETE.run(c, keys, args)) == 0
