@@ -19,7 +19,7 @@ import types
 from pathlib import Path
 
 from . import measure_delivery, procs
-from .context import BENCH, LOGS, OURS, PEERS_PY, PO_PG, PO_SQLITE, Config, Context
+from .context import BENCH, LOGS, OURS, OURS_REDIS_CLUSTER, PEERS_PY, PO_PG, PO_SQLITE, Config, Context
 from .servers import Servers
 
 MODES = {
@@ -86,8 +86,8 @@ def run_one(
     measure = MODES.get(mode, "deliver.1")
     wait_quiet()
     with ctx.fresh(cfg, "filled" if n else "migrated", count=n, size=ctx.args.size) as db:
-        if not n and cfg.store == "redis":
-            ctx.servers.redis.flush()
+        if not n and cfg.store.startswith("redis"):
+            ctx.flush_redis(cfg)
         before = ctx.servers.sink.counters()
         cmd = measure_delivery.commands(ctx, cfg, 1)[0]
         if profile is not None:
@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n", type=int, default=2000)
     p.add_argument("--size", type=int, default=2000)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--stores", default="sqlite,postgres,redis")
+    p.add_argument("--stores", default="sqlite,postgres,redis", help="of sqlite, postgres, redis, redis-cluster")
     p.add_argument("--modes", default="plain,rsa,ed25519")
     p.add_argument("--postoffice", action="store_true", help="post-office's one-process runs too (SQLite, PG)")
     p.add_argument("--profile", action="store_true", help="cProfile every run (CPU figures then include it)")
@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
     stores = args.stores.split(",")
-    cfgs = [c for c in OURS if (c.store if c.store == "redis" else c.db) in stores]
+    cfgs = [c for c in (*OURS, OURS_REDIS_CLUSTER) if (c.store if c.store.startswith("redis") else c.db) in stores]
     modes = args.modes.split(",")
     ns = types.SimpleNamespace(n=args.n, size=args.size, libs="", measures="", callgrind=args.callgrind)
     results: dict[tuple[str, str], list[tuple[float, float]]] = {}
