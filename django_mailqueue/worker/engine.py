@@ -20,7 +20,6 @@ from ..conf import QueueSettings
 from ..core.clock import Clock, SystemClock
 from ..core.errors import Code, QueueError
 from ..core.items import (
-    CompleteRequest,
     QueueItem,
     RecipientOutcome,
     RecipientState,
@@ -28,6 +27,7 @@ from ..core.items import (
 from ..core.observer import Observer
 from ..history import History, HistoryEntry
 from ..stores.base import QueueStore
+from ..stores.orm import OrmStore
 from .admission import ShapingSteps
 from .attempt import PREFETCH_SIZE, Attempt, AttemptDeliverer, Retry
 from .batching import Batcher
@@ -36,7 +36,7 @@ from .events import Event, tell
 from .flow import RECORD_LINGER, Flow
 from .log_limit import LogLimit
 from .record import AttemptOutcome, message_lost, reclaimed_too_often
-from .recording import RecordingSteps
+from .recording import Completing, RecordingSteps
 from .shaper import BLOCKED_RECHECK, TICKET, Shaper
 from .suppression import NOTHING_TRIED, listed_outcomes, look_up
 
@@ -139,8 +139,10 @@ class Worker(ShapingSteps, RecordingSteps):
         if shaper is not None:
             shaper.wake = self._changed.set
         self._wake: asyncio.Task[bool] | None = None
-        self._completions: Batcher[CompleteRequest, QueueItem | None | QueueError] = Batcher(
-            self.store.acomplete_many,
+        #: the history's rows written in the completion's own transaction: the ORM store's database is the history's
+        self._rows_with_outcome = history is not None and isinstance(store, OrmStore) and store.alias == history.alias
+        self._completions: Batcher[Completing, QueueItem | None | QueueError] = Batcher(
+            self._write_completions,
             limit=100,
             linger=RECORD_LINGER,
             more_coming=lambda: self._flow.more_coming,

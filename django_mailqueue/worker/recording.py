@@ -4,6 +4,7 @@ its DSNs in one store call, tried again while the lease holds — and told; an a
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import random
 import uuid
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Literal
 from ..core.errors import Code, QueueError
 from ..core.items import CompleteRequest, Completion, QueueItem, RecipientOutcome, RecipientState, apply_completion
 from ..history import HistoryEntry
+from ..stores.orm import OrmStore
 from .attempt import Attempt, Retry
 from .events import tell, worker_signals_heard
 from .record import AttemptOutcome, Record, decide
@@ -29,6 +31,9 @@ if TYPE_CHECKING:
     from .log_limit import LogLimit
 
 logger = logging.getLogger("django_mailqueue")
+
+#: A completion and the history rows written in its transaction (none unless they share the ORM store's database).
+Completing = tuple[CompleteRequest, Sequence[HistoryEntry]]
 
 
 class RecordingSteps:
@@ -47,7 +52,8 @@ class RecordingSteps:
         stats: WorkerStats
         _held: dict[uuid.UUID, Attempt]
         _warnings: LogLimit
-        _completions: Batcher[CompleteRequest, QueueItem | None | QueueError]
+        _completions: Batcher[Completing, QueueItem | None | QueueError]
+        _rows_with_outcome: bool
         _history: Batcher[HistoryEntry, None]
 
         async def _error(self, error: QueueError, item_id: uuid.UUID | None) -> None: ...
@@ -55,15 +61,20 @@ class RecordingSteps:
 
     async def _record(self, attempt: Attempt, outcome: AttemptOutcome) -> None:
         """Write what `outcome` means (history rows, committed, then the completion with its DSNs in one
-        store call) and tell it. A crash before the completion leaves the attempt unrecorded, and no DSN;
-        a recorded outcome always has its history rows."""
+        store call — or both in one transaction where they share the ORM store's database) and tell it. A
+        crash before the completion leaves the attempt unrecorded, and no DSN; a recorded outcome always has
+        its history rows."""
         item = attempt.item
         record = decide(item, outcome, self.settings, now=self.clock.now(), rng=self.rng)
         if attempt.lost:
             return
-        if self.history is not None and not await self._write_history_first(attempt, record.history()):
-            return
-        recorded, record = await self._complete(attempt, record)
+        rows: Sequence[HistoryEntry] = ()
+        if self.history is not None:
+            if self._rows_with_outcome:
+                rows = record.history()
+            elif not await self._write_history_first(attempt, record.history()):
+                return
+        recorded, record = await self._complete(attempt, record, rows)
         if recorded is False:
             return
         self._held.pop(item.id, None)
@@ -114,15 +125,29 @@ class RecordingSteps:
             self.observer.told(events, item=item, now=self.clock.now())
         await tell(type(self.store), events)
 
-    async def _complete(self, attempt: Attempt, record: Record) -> tuple[QueueItem | None | Literal[False], Record]:
-        """Record the outcome with its DSNs; while the store is out of reach, try again as long as the
-        lease holds. When the queue has no room for the DSNs, DSN_FAILED is told and the outcome recorded
-        without them. False when nothing could be recorded (the error is told)."""
+    async def _complete(
+        self, attempt: Attempt, record: Record, rows: Sequence[HistoryEntry] = ()
+    ) -> tuple[QueueItem | None | Literal[False], Record]:
+        """Record the outcome with its DSNs (and `rows`, the history's, in the same transaction: written once,
+        whatever the answer); while the store is out of reach, try again as long as the lease holds. When the
+        queue has no room for the DSNs, DSN_FAILED is told and the outcome recorded without them. False when
+        nothing could be recorded (the error is told; `rows` the store never took are then written alone)."""
+        unwritten = list(rows)
+        answer = await self._complete_while_held(attempt, record, unwritten)
+        if unwritten and answer[0] is False:
+            self._history.post(unwritten)
+        return answer
+
+    async def _complete_while_held(
+        self, attempt: Attempt, record: Record, unwritten: list[HistoryEntry]
+    ) -> tuple[QueueItem | None | Literal[False], Record]:
         item, retry = attempt.item, Retry()
         while True:
             completion = record.completion
             try:
-                answer = await self._completions.submit(CompleteRequest(item.id, self.owner, item.revision, completion))
+                request = CompleteRequest(item.id, self.owner, item.revision, completion)
+                answer = await self._completions.submit((request, tuple(unwritten)))
+                unwritten.clear()  # written with the answer, whatever it is
                 if isinstance(answer, QueueError):
                     raise answer
                 if answer is None and retry.told:
@@ -242,6 +267,15 @@ class RecordingSteps:
             await self._lease_ran_out(attempt, "the database of the delivery history")
             return False
         return True
+
+    async def _write_completions(self, batch: list[Completing]) -> Sequence[QueueItem | None | QueueError]:
+        """A batch's completions in one store call; the history rows riding with them in its transaction."""
+        requests = [request for request, _ in batch]
+        rows = [entry for _, entries in batch for entry in entries]
+        if not rows:
+            return await self.store.acomplete_many(requests)
+        assert isinstance(self.store, OrmStore) and self.history is not None  # _rows_with_outcome
+        return await self.store.acomplete_many(requests, also=functools.partial(self.history.record, rows))
 
     async def _write_history(self, entries: list[HistoryEntry]) -> list[None]:
         if self.history is not None:

@@ -3,20 +3,27 @@ or out of reach the history's database is (docs/reliability.md, "History before 
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import threading
 import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
 from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
 from django.db import DatabaseError, connections
+from django.db.models import F
 
 from django_mailqueue import signals
 from django_mailqueue.core.clock import SystemClock
-from django_mailqueue.core.items import NewItem
+from django_mailqueue.core.errors import Code, QueueError
+from django_mailqueue.core.items import CompleteRequest, NewItem, QueueItem
 from django_mailqueue.history import History
-from django_mailqueue.models import DeliveryRecord
+from django_mailqueue.models import DeliveryRecord, QueuedItem
+from django_mailqueue.stores.orm import OrmStore
 from django_mailqueue.testing.fakes import REJECTED, ScriptedDeliverer
 from django_mailqueue.worker import Worker
 from tests.reliability.test_known_bugs import MESSAGE, CountsHistoryWhenRecording, run_until, settings
@@ -99,3 +106,104 @@ async def test_a_history_database_down_past_the_lease_delays_the_outcome_and_los
     assert rows == 1 and deliverer.deliveries_to("b@dest.test") == 1
     assert told == ["STORE_UNAVAILABLE", "delivered"], told
     assert worker.stats.leases_lost == 0, worker.stats
+
+
+# --- the ORM store: the rows in the completion's own transaction ---------------------------------------------
+
+
+class TakenMeanwhile(OrmStore):
+    """An ORM store whose every item is taken by another worker just before its completion: LEASE_LOST."""
+
+    def complete_many(self, requests: Sequence[CompleteRequest], **kwargs: Any) -> list[QueueItem | None | QueueError]:
+        ids = [request.item_id for request in requests]
+        QueuedItem.objects.using(self.alias).filter(id__in=ids).update(owner="other", revision=F("revision") + 1)
+        return super().complete_many(requests, **kwargs)
+
+
+class RefusesCompletions(OrmStore):
+    """An ORM store whose completions and renewals fail (the database out of reach for them): the lease runs out."""
+
+    def complete_many(self, requests: Sequence[CompleteRequest], **kwargs: Any) -> list[QueueItem | None | QueueError]:
+        raise QueueError(Code.STORE_UNAVAILABLE, "the database refused the operation (injected)")
+
+    def renew(self, ids: Sequence[uuid.UUID], *, owner: str, lease_expires: datetime) -> list[uuid.UUID]:
+        raise QueueError(Code.STORE_UNAVAILABLE, "the database refused the operation (injected)")
+
+
+async def deliver(store: OrmStore, done: Callable[[Worker], Awaitable[bool]], recipients: tuple[str, ...]) -> Worker:
+    deliverer = ScriptedDeliverer(script={"b@dest.test": [REJECTED]})
+    await store.aadd(NewItem("a@origin.test", recipients, MESSAGE), now=SystemClock().now())
+    worker = Worker(store=store, settings=settings(lease=1.0), deliverer=deliverer, history=History(store.alias))
+    task = asyncio.create_task(worker.run())
+    deadline = time.monotonic() + 30
+    while not await done(worker) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    worker.stop()
+    await asyncio.wait_for(task, 10)
+    return worker
+
+
+async def rows() -> list[str]:
+    return await sync_to_async(
+        lambda: list(DeliveryRecord.objects.order_by("id").values_list("recipient", flat=True))
+    )()
+
+
+async def test_on_the_orm_store_the_rows_are_written_in_the_completions_transaction(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The history shares the ORM store's database: an attempt's rows and its outcome commit together (one
+    commit a batch fewer), never the rows alone first."""
+    original, inside = History.record, []
+
+    def record(self: History, entries: Any) -> None:
+        inside.append(connections[self.alias].in_atomic_block)
+        original(self, entries)
+
+    monkeypatch.setattr(History, "record", record)
+    store = OrmStore()
+
+    async def empty(worker: Worker) -> bool:
+        return await store.acount() == 0
+
+    worker = await deliver(store, empty, ("b@dest.test", "c@dest.test"))  # the failure, then its DSN delivered
+    assert sorted(await rows()) == ["a@origin.test", "b@dest.test", "c@dest.test"]
+    assert inside and all(inside), "history rows were committed apart from the completion"
+    assert worker.stats.leases_lost == 0 and not worker.stats.errors, worker.stats
+
+
+async def test_on_the_orm_store_an_attempt_whose_outcome_is_refused_still_has_its_rows() -> None:
+    """LEASE_LOST (another worker took the item): the outcome is not recorded, the attempt's rows are."""
+    store = TakenMeanwhile()
+
+    async def lost(worker: Worker) -> bool:
+        return worker.stats.leases_lost > 0
+
+    worker = await deliver(store, lost, ("c@dest.test",))
+    assert await rows() == ["c@dest.test"] and worker.stats.leases_lost == 1
+    (item,) = await store.alist()
+    assert item.owner == "other" and item.attempts == 0
+
+
+async def test_on_the_orm_store_rows_the_completion_never_took_are_written_alone() -> None:
+    """The completion refused until the lease runs out: nothing recorded (LEASE_LOST), the rows written alone."""
+    store = RefusesCompletions()
+
+    async def lost(worker: Worker) -> bool:
+        return worker.stats.leases_lost > 0
+
+    worker = await deliver(store, lost, ("c@dest.test",))
+    assert await rows() == ["c@dest.test"] and worker.stats.leases_lost == 1
+
+
+async def test_on_the_orm_store_a_dsn_without_room_writes_the_rows_once() -> None:
+    """FULL: the outcome is recorded again without its DSN; the rows, written with the first try, are not
+    written a second time."""
+    store = OrmStore(max_items=1)
+
+    async def empty(worker: Worker) -> bool:
+        return await store.acount() == 0
+
+    worker = await deliver(store, empty, ("b@dest.test",))
+    assert await rows() == ["b@dest.test"]
+    assert worker.stats.dsns == 0 and worker.stats.errors, worker.stats  # DSN_FAILED told

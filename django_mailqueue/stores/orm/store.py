@@ -243,13 +243,19 @@ class OrmStore(QueueStore):
         return answer
 
     @_own_write
-    def complete_many(self, requests: Sequence[CompleteRequest]) -> builtins.list[QueueItem | None | QueueError]:
+    def complete_many(
+        self, requests: Sequence[CompleteRequest], *, also: Callable[[], object] | None = None
+    ) -> builtins.list[QueueItem | None | QueueError]:
         """Every request in one transaction: the rows locked, read, and written back in a
         handful of statements whatever the number of items.
 
         Where the dialect `plans_before_lock` (SQLite, whose one write lock every writer waits
         for), the rows are read and the outcomes decided before the transaction; in it, the rows
         are locked and, when none changed meanwhile (owner, revision), only written.
+
+        `also` runs in the same transaction, on the store's connection, whatever each request's
+        answer: the worker writes the attempts' history rows with it (docs/reliability.md, "History
+        before the outcome"). Its database error rolls everything back (STORE_UNAVAILABLE).
         """
         for request in requests:
             check_owner(request.owner)
@@ -287,10 +293,17 @@ class OrmStore(QueueStore):
                 if isinstance(answer, QueueItem):
                     suppressed += request.completion.suppress
             suppression.write(self.alias, suppressed)
+            if also is not None:
+                also()
         if full is None:
             return plan.answers
         answers = iter(plan.answers)
         return [full if r.completion.dsns else next(answers) for r in requests]
+
+    async def acomplete_many(
+        self, requests: Sequence[CompleteRequest], *, also: Callable[[], object] | None = None
+    ) -> builtins.list[QueueItem | None | QueueError]:
+        return await self._in_thread(self.complete_many, requests, also=also)
 
     def _no_room(self, adding: int) -> QueueError | None:
         """FULL when `adding` DSNs would take the queue past `max_items` (the requests carrying them then record
