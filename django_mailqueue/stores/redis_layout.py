@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import binascii
+import bisect
 import builtins
 import json
 import math
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
 
 from ..core.clock import from_micros, to_micros
@@ -71,24 +73,34 @@ def every_partition_tag(key_prefix: str, most: int) -> dict[tuple[int, int], str
             part = (int(first_part // width) + partition) % count
             low, high = part * width + width / 4, part * width + 3 * width / 4
             ranges[count] = (math.ceil(low), math.ceil(high))  # the integers s with low <= s < high
-        first_at = [_NONE] * SLOTS  # slot -> the first candidate k with that slot
-        done, size = 0, 512
+        # CRC16 continues over more bytes: the candidates' common start is hashed once, their numbers in C (`map`);
+        # each count's range is then found by bisection in the candidates sorted by slot (docs/performance.md,
+        # "The worker's start").
+        start = binascii.crc_hqx(f"{key_prefix}{partition}-".encode(), 0)
+        slots: list[int] = []
+        size = 512
         while ranges:
-            for k in range(done, size):
-                slot = key_slot(f"{key_prefix}{partition}-{k}")
-                if first_at[slot] == _NONE:
-                    first_at[slot] = k
-            done, size = size, 2 * size
+            slots += map((SLOTS - 1).__and__, map(binascii.crc_hqx, _numbers(len(slots), size), repeat(start)))
+            by_slot = sorted(range(size), key=slots.__getitem__)  # the candidates k, by their slot
+            sorted_slots = builtins.list(map(slots.__getitem__, by_slot))
             for count, (low_slot, high_slot) in builtins.list(ranges.items()):
-                k = min(first_at[low_slot:high_slot])
-                if k != _NONE:  # every candidate below `done` was looked at: k is the first
-                    out[(partition, count)] = f"{key_prefix}{partition}-{k}"
+                first = bisect.bisect_left(sorted_slots, low_slot)
+                last = bisect.bisect_left(sorted_slots, high_slot, first)
+                if first < last:  # every candidate below `size` was looked at: the least k in the range is the first
+                    out[(partition, count)] = f"{key_prefix}{partition}-{min(by_slot[first:last])}"
                     del ranges[count]
+            size *= 2
     return out
 
 
-#: No candidate yet (`every_partition_tag`).
-_NONE = 1 << 62
+#: Candidates' numbers as bytes, `b"0"`, `b"1"`, ..., made as far as a search has needed them.
+_NUMBERS: list[bytes] = []
+
+
+def _numbers(start: int, stop: int) -> list[bytes]:
+    if len(_NUMBERS) < stop:
+        _NUMBERS.extend(str(k).encode() for k in range(len(_NUMBERS), stop))
+    return _NUMBERS[start:stop]
 
 
 def key_slot(tag: str) -> int:
