@@ -61,7 +61,7 @@ class QueueEmailBackend(BaseEmailBackend):
         if not items:
             return 0
         try:
-            self.store.add_many(items, now=self._clock.now())
+            self.store.put_many(items, now=self._clock.now())
         except QueueError:
             if not self.fail_silently:
                 raise

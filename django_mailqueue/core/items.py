@@ -272,25 +272,41 @@ class ItemQuery:
         return not (self.state or self.queue is not None or self.domain is not None or self.search or self.id_prefix)
 
 
-def as_added(new: NewItem, now: datetime, now_us: int, *, text_limits: tuple[int, int] | None = None) -> QueueItem:
+def as_added(
+    new: NewItem,
+    now: datetime,
+    now_us: int,
+    *,
+    text_limits: tuple[int, int] | None = None,
+    created: datetime | None = None,
+) -> QueueItem:
     """The item as an add at `now` (`now_us`: its microseconds) stores it: due then unless its `not_before`
     is later, its times in whole microseconds; with `text_limits`, its Message-ID and subject cut to that
-    many characters (the ORM store's columns)."""
-    due_us = to_micros(new.not_before) if new.not_before is not None and new.not_before > now else now_us
+    many characters (the ORM store's columns). `created`: `from_micros(now_us)`, made once for a batch."""
+    if created is None:
+        created = from_micros(now_us)
+    due_us = due_micros(new, now, now_us)
     message_id, subject = new.message_id, new.subject
     if text_limits is not None:
         message_id, subject = message_id[: text_limits[0]], subject[: text_limits[1]]
     return QueueItem(
         id=new.id,
         sender=new.sender,
-        recipients=tuple(Recipient(a) for a in new.recipients),
+        recipients=tuple(map(Recipient, new.recipients)),
         size=len(new.message),
-        created=from_micros(now_us),
-        next_attempt=from_micros(due_us),
+        created=created,
+        next_attempt=created if due_us == now_us else from_micros(due_us),
         queue=new.queue,
         message_id=message_id,
         subject=subject,
     )
+
+
+def due_micros(new: NewItem, now: datetime, now_us: int) -> int:
+    """When an item added at `now` (`now_us`: its microseconds) is first due, in microseconds: then, unless
+    its `not_before` is later."""
+    not_before = new.not_before
+    return now_us if not_before is None or not_before <= now else to_micros(not_before)
 
 
 def apply_completion(item: QueueItem, completion: Completion) -> QueueItem:

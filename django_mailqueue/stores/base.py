@@ -164,6 +164,12 @@ class QueueStore(abc.ABC):
         cannot keep.
         """
 
+    def put_many(self, items: Sequence[NewItem], *, now: datetime) -> int:
+        """Store every item as `add_many` does (the same step, bound and refusals) and return how many,
+        without the items as stored: a store may then spare itself making them (the ORM store on SQLite
+        does). The email backend's call."""
+        return len(self.add_many(items, now=now))
+
     def add(self, item: NewItem, *, now: datetime) -> QueueItem:
         """Store one item with its message; see `add_many`."""
         return self.add_many([item], now=now)[0]
@@ -507,6 +513,9 @@ class QueueStore(abc.ABC):
 
     async def aadd_many(self, items: Sequence[NewItem], *, now: datetime) -> builtins.list[QueueItem]:
         return await self._in_thread(self.add_many, items, now=now)
+
+    async def aput_many(self, items: Sequence[NewItem], *, now: datetime) -> int:
+        return len(await self.aadd_many(items, now=now))
 
     async def aadd(self, item: NewItem, *, now: datetime) -> QueueItem:
         return (await self.aadd_many([item], now=now))[0]

@@ -69,9 +69,10 @@ class Dialect(abc.ABC):
 
     @abc.abstractmethod
     def add_rows(
-        self, conn: BaseDatabaseWrapper, items: Sequence[NewItem], now: datetime, now_us: int
+        self, conn: BaseDatabaseWrapper, items: Sequence[NewItem], now: datetime, now_us: int, *, returning: bool = True
     ) -> builtins.list[QueueItem]:
-        """Insert the items, their recipients and messages; the items as stored."""
+        """Insert the items, their recipients and messages; the items as stored (with `returning=False`, a
+        dialect may return none: `QueueStore.put_many`)."""
 
     @abc.abstractmethod
     def claim(self, lane: str | None, owner: str, now_us: int, expires_us: int, limit: int) -> list[ItemRow]:

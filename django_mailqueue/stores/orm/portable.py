@@ -63,7 +63,7 @@ class PortableDialect(Dialect):
     name = "portable"
 
     def add_rows(
-        self, conn: BaseDatabaseWrapper, items: Sequence[NewItem], now: datetime, now_us: int
+        self, conn: BaseDatabaseWrapper, items: Sequence[NewItem], now: datetime, now_us: int, *, returning: bool = True
     ) -> builtins.list[QueueItem]:
         added = [as_added(new, now, now_us, text_limits=TEXT_LIMITS) for new in items]
         rows = [

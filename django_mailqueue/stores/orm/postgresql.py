@@ -18,8 +18,8 @@ from django.db.backends.utils import CursorWrapper
 from django.db.models import BooleanField, Q, QuerySet
 from django.db.models.expressions import RawSQL
 
-from ...core.clock import to_micros
-from ...core.items import NewItem, QueueItem, address_domain, as_added
+from ...core.clock import from_micros
+from ...core.items import NewItem, QueueItem, address_domain, as_added, due_micros
 from ...core.search import terms
 from ..base import READ_CHUNK
 from .base import HandWritten
@@ -77,22 +77,27 @@ class PostgresDialect(HandWritten, PortableDialect):
             cursor.execute("SELECT pg_notify(%s, '')", [NOTIFY_CHANNEL])
 
     def add_rows(
-        self, conn: BaseDatabaseWrapper, items: Sequence[NewItem], now: datetime, now_us: int
+        self, conn: BaseDatabaseWrapper, items: Sequence[NewItem], now: datetime, now_us: int, *, returning: bool = True
     ) -> builtins.list[QueueItem]:
         """One statement per 500 items (one round trip): atomic by itself in autocommit."""
         added: builtins.list[QueueItem] = []
         for start in range(0, len(items), ADD_CHUNK):
-            added.extend(self._insert(conn, items[start : start + ADD_CHUNK], now, now_us))
+            added.extend(self._insert(conn, items[start : start + ADD_CHUNK], now, now_us, returning))
         return added
 
     def _insert(
-        self, conn: BaseDatabaseWrapper, items: Sequence[NewItem], now: datetime, now_us: int
+        self, conn: BaseDatabaseWrapper, items: Sequence[NewItem], now: datetime, now_us: int, returning: bool
     ) -> builtins.list[QueueItem]:
-        result = [as_added(new, now, now_us, text_limits=TEXT_LIMITS) for new in items]
+        """The items as stored when `returning` (else none: `QueueStore.put_many`)."""
+        if returning:
+            created = from_micros(now_us)
+            result = [as_added(new, now, now_us, text_limits=TEXT_LIMITS, created=created) for new in items]
+        else:
+            result = []
         if len(items) == 1:
             # One item (every send_mail()): plain parameters, twice the rate of the general statement.
-            (new,), (item,) = items, result
-            params = added_values(item, now_us)
+            (new,) = items
+            params = added_values(new, now, now_us)
             for position, address in enumerate(new.recipients):
                 params += [position, address, address_domain(address)]
             params += [bytes(new.message), NOTIFY_CHANNEL]
@@ -110,15 +115,16 @@ class PostgresDialect(HandWritten, PortableDialect):
                     r_addresses.append(address)
                     r_domains.append(address_domain(address))
             ids = [new.id for new in items]
+            message_id_limit, subject_limit = TEXT_LIMITS
             params = [
                 now_us,
                 ids,
                 [new.sender for new in items],
-                [item.size for item in result],
-                [to_micros(item.next_attempt) for item in result],
+                [len(new.message) for new in items],
+                [due_micros(new, now, now_us) for new in items],
                 [new.queue for new in items],
-                [item.message_id for item in result],
-                [item.subject for item in result],
+                [new.message_id[:message_id_limit] for new in items],
+                [new.subject[:subject_limit] for new in items],
                 r_ids,
                 r_positions,
                 r_addresses,

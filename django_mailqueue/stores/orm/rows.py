@@ -5,11 +5,21 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from ...core.clock import from_micros, to_micros
 from ...core.errors import Code, QueueError
-from ...core.items import CompleteRequest, QueueItem, Recipient, RecipientState, Reply, apply_completion
+from ...core.items import (
+    CompleteRequest,
+    NewItem,
+    QueueItem,
+    Recipient,
+    RecipientState,
+    Reply,
+    apply_completion,
+    due_micros,
+)
 
 #: An item's row, its columns in this order.
 ITEM_FIELDS = (
@@ -169,16 +179,17 @@ def lease_fields(rows: Sequence[ItemRow]) -> set[tuple[Any, ...]]:
 TEXT_LIMITS = (998, 255)
 
 
-def added_values(item: QueueItem, now_us: int) -> list[Any]:
-    """An added item's values, in the order the add statements take them: id, sender, size, created,
-    next_attempt, queue, message_id, subject."""
+def added_values(new: NewItem, now: datetime, now_us: int) -> list[Any]:
+    """The values of `new` added at `now` (`now_us`: its microseconds) as `as_added` stores it, in the order
+    the add statements take them: id, sender, size, created, next_attempt, queue, message_id, subject (the
+    last two cut to `TEXT_LIMITS`)."""
     return [
-        item.id,
-        item.sender,
-        item.size,
+        new.id,
+        new.sender,
+        len(new.message),
         now_us,
-        to_micros(item.next_attempt),
-        item.queue,
-        item.message_id,
-        item.subject,
+        due_micros(new, now, now_us),
+        new.queue,
+        new.message_id[: TEXT_LIMITS[0]],
+        new.subject[: TEXT_LIMITS[1]],
     ]

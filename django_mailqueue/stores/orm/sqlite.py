@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import functools
 import uuid
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -15,6 +16,7 @@ from django.db import DatabaseError
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 
+from ...core.clock import from_micros
 from ...core.items import NewItem, QueueItem, address_domain, as_added
 from .base import HandWritten
 from .portable import PortableDialect
@@ -63,29 +65,33 @@ class SqliteDialect(HandWritten, PortableDialect):
         self.adds += 1
 
     def add_rows(
-        self, conn: BaseDatabaseWrapper, items: Sequence[NewItem], now: datetime, now_us: int
+        self, conn: BaseDatabaseWrapper, items: Sequence[NewItem], now: datetime, now_us: int, *, returning: bool = True
     ) -> builtins.list[QueueItem]:
         """Items, recipients and messages in one multi-row `INSERT` each per 500 items (more for recipients
-        past the statement's bound on parameters), without model instances: the ORM's bulk_create, or a
-        statement stepped once a row, costs more than SQLite's own work here."""
+        past the statement's bound on parameters), without model instances, through `add_cursor`: the
+        ORM's bulk_create, a statement stepped once a row, or Django's `%s` rewrite of a statement of
+        hundreds of parameters costs more than SQLite's own work here (docs/performance.md, "The bulk
+        enqueue floor"). With `returning=False` no `QueueItem` is made: for a batch, making them (and the
+        garbage collections their objects bring on) costs more than SQLite's own work."""
         self.adds += 1
         if not conn.features.can_return_rows_from_bulk_insert:  # SQLite before 3.35: no RETURNING
-            return super().add_rows(conn, items, now, now_us)
+            return super().add_rows(conn, items, now, now_us, returning=returning)
         result: builtins.list[QueueItem] = []
+        created = from_micros(now_us)
         recipient_rows = (conn.features.max_query_params or CHUNK) // 4  # Django's bound: 999 parameters
-        with conn.cursor() as cursor:
+        with add_cursor(conn) as (cursor, written):
             for start in range(0, len(items), ADD_CHUNK):
                 chunk = items[start : start + ADD_CHUNK]
                 params: builtins.list[Any] = []
                 hexes: builtins.list[str] = []
                 for new in chunk:
-                    item = as_added(new, now, now_us, text_limits=TEXT_LIMITS)
-                    values = added_values(item, now_us)
-                    values[0] = new.id.hex  # SQLite keeps a UUID as 32 hex digits
-                    hexes.append(values[0])
+                    values = added_values(new, now, now_us)
+                    values[0] = key = new.id.hex  # SQLite keeps a UUID as 32 hex digits
+                    hexes.append(key)
                     params += values
-                    result.append(item)
-                cursor.execute(with_rows(self.name, "add", len(chunk)), params)
+                    if returning:
+                        result.append(as_added(new, now, now_us, text_limits=TEXT_LIMITS, created=created))
+                cursor.execute(written("add", len(chunk)), params)
                 seq_of = dict(cursor.fetchall())  # {id as 32 hex digits: seq}
                 seqs = [seq_of[key] for key in hexes]
                 recipients: builtins.list[Any] = []
@@ -94,11 +100,11 @@ class SqliteDialect(HandWritten, PortableDialect):
                         recipients += (seq, position, address, address_domain(address))
                 for at in range(0, len(recipients), 4 * recipient_rows):
                     part = recipients[at : at + 4 * recipient_rows]
-                    cursor.execute(with_rows(self.name, "add_recipient", len(part) // 4), part)
+                    cursor.execute(written("add_recipient", len(part) // 4), part)
                 messages: builtins.list[Any] = []
                 for seq, new in zip(seqs, chunk, strict=True):
                     messages += (seq, bytes(new.message))
-                cursor.execute(with_rows(self.name, "add_message", len(chunk)), messages)
+                cursor.execute(written("add_message", len(chunk)), messages)
         return result
 
     def read(self, item_ids: Sequence[uuid.UUID]) -> list[ItemRow]:
@@ -150,6 +156,35 @@ class SqliteDialect(HandWritten, PortableDialect):
         with self.cursor() as cursor:
             cursor.execute(statement(self.name, "data_version"))
             return int(cursor.fetchone()[0])
+
+
+@contextmanager
+def add_cursor(conn: BaseDatabaseWrapper) -> Iterator[tuple[CursorWrapper, Callable[[str, int], str]]]:
+    """A cursor for the add's statements, and how to write them (`with_rows`' arguments): `sqlite3`'s own
+    cursor in Django's wrapper (`execute_wrapper`s, errors as Django's, the transaction's state checked),
+    taking statements written with SQLite's `?`, without the `%s` → `?` rewrite Django's SQLite cursor
+    makes of every statement; Django's cursor and `%s` when its query log is on (`DEBUG`, a test's
+    capture), which formats a statement's parameters into its `%s`."""
+    if conn.queries_logged:
+        with conn.cursor() as cursor:
+            yield cursor, _percent
+        return
+    conn.ensure_connection()
+    conn.validate_thread_sharing()
+    raw = conn.connection.cursor()
+    try:
+        yield conn.make_cursor(raw), _qmark
+    finally:
+        raw.close()
+
+
+def _percent(name: str, rows: int) -> str:
+    return with_rows(SqliteDialect.name, name, rows)
+
+
+@functools.cache
+def _qmark(name: str, rows: int) -> str:
+    return with_rows(SqliteDialect.name, name, rows).replace("%s", "?")
 
 
 def _chunks(values: list[Any]) -> list[list[Any]]:

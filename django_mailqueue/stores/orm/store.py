@@ -164,6 +164,13 @@ class OrmStore(QueueStore):
     # --- writing ------------------------------------------------------------------
 
     def add_many(self, items: Sequence[NewItem], *, now: datetime) -> builtins.list[QueueItem]:
+        return self._add_many(items, now, returning=True)
+
+    def put_many(self, items: Sequence[NewItem], *, now: datetime) -> int:
+        self._add_many(items, now, returning=False)
+        return len(items)
+
+    def _add_many(self, items: Sequence[NewItem], now: datetime, *, returning: bool) -> builtins.list[QueueItem]:
         for new in items:
             check_new_item(new)
         if not items:
@@ -171,17 +178,17 @@ class OrmStore(QueueStore):
         now_us = to_micros(now)
         if self.max_items is None and len(items) <= self.dialect.one_statement_add:
             with self._errors() as conn:  # one statement: atomic by itself, or a part of the caller's transaction
-                return self.dialect.add_rows(conn, items, now, now_us)
-        return self._add(items, now, now_us)
+                return self.dialect.add_rows(conn, items, now, now_us, returning=returning)
+        return self._add(items, now, now_us, returning)
 
     @_own_write
-    def _add(self, items: Sequence[NewItem], now: datetime, now_us: int) -> builtins.list[QueueItem]:
+    def _add(self, items: Sequence[NewItem], now: datetime, now_us: int, returning: bool) -> builtins.list[QueueItem]:
         if self.max_items is not None and not self._lock_row_made:
             self._make_lock_row()
         with self._write(join=True) as conn:
             if self.max_items is not None:
                 self._check_room(len(items))
-            return self.dialect.add_rows(conn, items, now, now_us)
+            return self.dialect.add_rows(conn, items, now, now_us, returning=returning)
 
     def _make_lock_row(self) -> None:
         """The lock row `_check_room` counts under, made in a transaction of its own before the first bounded

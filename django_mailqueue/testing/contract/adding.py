@@ -67,6 +67,42 @@ class Adding(ContractBase):
         for a in added:
             assert store.read_message(a.id) == f"m{a.recipients[0].address[1:-12]}".encode()
 
+    def test_put_many_stores_a_batch_as_add_many_does(self, store: QueueStore) -> None:
+        """`put_many` (the email backend's call) stores what `add_many` stores, and says how many."""
+        batch = [
+            new_item([f"r{i}@example.org", f"s{i}@example.net"], message=f"m{i}".encode(), message_id=f"<{i}@x>")
+            for i in range(3)
+        ]
+        batch.append(new_item(["late@example.org"], not_before=at(3600), queue="bulk", subject="Later"))
+        assert store.put_many(batch, now=T0) == 4
+        assert store.put_many([], now=T0) == 0
+        for new in batch:
+            got = store.get(new.id)
+            assert got is not None
+            assert got.sender == new.sender and [r.address for r in got.recipients] == list(new.recipients)
+            assert all(r.state is RecipientState.PENDING for r in got.recipients)
+            assert got.created == T0 and got.next_attempt == (new.not_before or T0)
+            assert (got.size, got.queue, got.message_id, got.subject) == (
+                len(new.message),
+                new.queue,
+                new.message_id,
+                new.subject,
+            )
+            assert store.read_message(new.id) == new.message
+        claimed = store.claim(owner="w", now=T0, lease_expires=at(60), limit=10)
+        assert sorted(i.id for i in claimed) == sorted(new.id for new in batch[:3])
+
+    def test_put_many_is_bounded_and_refused_whole(self, make_store: StoreFactory) -> None:
+        store = make_store(max_items=2)
+        with pytest.raises(QueueError) as full:
+            store.put_many([new_item() for _ in range(3)], now=T0)
+        assert full.value.code == Code.FULL
+        with pytest.raises(QueueError) as invalid:
+            store.put_many([new_item(), new_item(["not an address"])], now=T0)
+        assert invalid.value.code == Code.INVALID
+        assert store.count() == 0
+        assert store.put_many([new_item(), new_item()], now=T0) == 2
+
     def test_not_before_sets_the_first_attempt(self, store: QueueStore) -> None:
         later = store.add(new_item(not_before=at(3600)), now=T0)
         past = store.add(new_item(not_before=at(-3600)), now=T0)
