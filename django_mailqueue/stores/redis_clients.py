@@ -21,7 +21,7 @@ from ..core.masking import SecretMask
 from . import redis_connection as conn
 from . import redis_scripts as scripts
 from . import redis_sentinel as sentinel
-from .redis_cluster import MOST_REDIRECTS, AsyncSlotFinder, SlotFinder, is_moved, is_redirect
+from .redis_cluster import MOST_REDIRECTS, AsyncSlotFinder, SharedFinder, SlotFinder, is_moved, is_redirect
 from .redis_layout import LAYOUT_VERSION, SEARCH_LAYOUT, Keys, fields, text
 
 logger = logging.getLogger("django_mailqueue.stores.redis")
@@ -110,10 +110,14 @@ class RedisClients:
         self._listener: AsyncClient[bytes] | None = None
         #: on a Cluster, what finds the primary of the queue's slot: for the sync client, and for one event loop's
         self._finder = SlotFinder(url, timeout, password, keys.schema) if cluster and url is not None else None
-        self._afinder: tuple[asyncio.AbstractEventLoop, AsyncSlotFinder] | None = None
+        self._afinders = SharedFinder()
         self.ready = False
         #: the wake-up channels `await_added` subscribes to (none: the store's own, `<prefix>wakeup`)
         self.channels: list[str] = []
+
+    def share_finder(self, other: RedisClients) -> None:
+        """Find the slot's primary through `other`'s asyncio cluster client: one slot map for a store's parts."""
+        self._afinders = other._afinders
 
     def sync(self) -> SyncClient[bytes]:
         client = self._client
@@ -179,9 +183,10 @@ class RedisClients:
         current = self._async
         if current is not None and current[0] is loop:
             return current[1]
-        if self._afinder is None or self._afinder[0] is not loop:
-            self._afinder = (loop, AsyncSlotFinder(self._finder.url, self._timeout, self._password, self.keys.schema))
-        client = await self._afinder[1].client()
+        shared = self._afinders
+        if shared.current is None or shared.current[0] is not loop:
+            shared.current = (loop, AsyncSlotFinder(self._finder.url, self._timeout, self._password))
+        client = await shared.current[1].client(self.keys.schema)
         conn.pack_with_hiredis(client)
         current = self._async
         if current is not None and current[0] is loop:  # found by a call made at the same time: one client
@@ -203,8 +208,8 @@ class RedisClients:
 
     async def _aunpin(self) -> None:
         current, self._async = self._async, None
-        if self._afinder is not None:
-            self._afinder[1].lost()
+        if self._afinders.current is not None:
+            self._afinders.current[1].lost()
         if current is not None and current[0] is asyncio.get_running_loop():
             await _quietly(current[1].aclose())  # type: ignore[attr-defined, unused-ignore]
 
@@ -355,7 +360,7 @@ class RedisClients:
             current, self._async = self._async, None
             pubsub, self._pubsub = self._pubsub, None
             listener, self._listener = self._listener, None
-            afinder, self._afinder = self._afinder, None
+            afinder, self._afinders.current = self._afinders.current, None
         if current is not None:
             loop, aclient, amanager = current
             if not loop.is_closed() and not loop.is_running():
@@ -372,7 +377,7 @@ class RedisClients:
         listener, self._listener = self._listener, None
         if current is not None and current[0] is asyncio.get_running_loop():
             await _close_async(current[1], pubsub, current[2], listener)
-        afinder, self._afinder = self._afinder, None
+        afinder, self._afinders.current = self._afinders.current, None
         if afinder is not None and afinder[0] is asyncio.get_running_loop():
             await _quietly(afinder[1].aclose())
         with self._lock:

@@ -3,6 +3,7 @@ redis-py's cluster clients, and found again when the slot moves or its primary s
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -93,17 +94,18 @@ class SlotFinder:
 
 
 class AsyncSlotFinder:
-    """`SlotFinder` on redis-py's asyncio cluster client, for one event loop."""
+    """`SlotFinder` on redis-py's asyncio cluster client, for one event loop; shared by a partitioned store's parts
+    (one slot map read for all, not one a part: docs/performance.md, "The worker's start")."""
 
-    def __init__(self, url: str, timeout: float, password: str | None, key: str) -> None:
+    def __init__(self, url: str, timeout: float, password: str | None) -> None:
         self.url = url
         self.timeout = timeout
         self.password = password
-        self.key = key
         self.cluster: redis.asyncio.RedisCluster[bytes] | None = None
         self._stale = False
 
-    async def client(self) -> redis.asyncio.Redis[bytes]:
+    async def client(self, key: str) -> redis.asyncio.Redis[bytes]:
+        """A plain client of the primary serving `key`'s slot (the caller owns it)."""
         if self.cluster is None:
             self.cluster = conn.async_cluster_client(self.url, self.timeout, self.password)
         finder: Any = self.cluster
@@ -112,9 +114,9 @@ class AsyncSlotFinder:
             self._stale = False
         else:
             await finder.initialize()  # once: the slot map read under the client's lock
-        node = finder.get_node_from_key(self.key)
+        node = finder.get_node_from_key(key)
         if node is None:
-            raise redis.exceptions.ClusterDownError(f"no primary serves the slot of {self.key}")
+            raise redis.exceptions.ClusterDownError(f"no primary serves the slot of {key}")
         return conn.async_client_from_url(node_url(self.url, node.host, node.port), self.timeout, self.password)
 
     def lost(self) -> None:
@@ -124,3 +126,10 @@ class AsyncSlotFinder:
         cluster, self.cluster = self.cluster, None
         if cluster is not None:
             await cluster.aclose()  # type: ignore[attr-defined, unused-ignore]
+
+
+class SharedFinder:
+    """The asyncio `AsyncSlotFinder` of the running loop, in a box the parts of one store share."""
+
+    def __init__(self) -> None:
+        self.current: tuple[asyncio.AbstractEventLoop, AsyncSlotFinder] | None = None

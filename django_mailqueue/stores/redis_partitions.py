@@ -66,6 +66,7 @@ class PartitionedRedisStore(RedisStore):
         self.parts = [RedisStore(self.options, max_items=max_items, partition=p) for p in range(count)]
         for part in self.parts:
             part.on_commit = False  # the store waits for the commit itself: an add may move shares first
+            part._clients.share_finder(self._clients)
         self._clients.channels = [part.keys.wakeup for part in self.parts]
         self._where: dict[uuid.UUID, int] = {}
         self._where_lock = threading.Lock()

@@ -420,3 +420,31 @@ class TestOnCommitInPartitions(redis_tests.TestOnCommit):
             added = store.add_many([new_item(), new_item(), new_item()], now=T0)  # one partition, share 1
             assert reader.count() == 0
         assert sorted(item.id for item in reader.list()) == sorted(item.id for item in added)
+
+
+def test_the_partitions_share_one_asyncio_cluster_client(
+    cluster: ClusterSetup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker's claims reach every part: one redis-py asyncio cluster client (one slot map read) for all of
+    them, not one a part (docs/performance.md, "The worker's start")."""
+    from django_mailqueue.stores import redis_connection
+
+    made: list[str] = []
+    real = redis_connection.async_cluster_client
+
+    def counted(*args: object, **kwargs: object) -> object:
+        made.append("client")
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(redis_connection, "async_cluster_client", counted)
+    store = _partitioned(cluster, "shared")
+
+    async def run() -> int:
+        try:
+            for _ in range(3):  # each claim starts at the next part
+                await store.aclaim(owner="w", now=at(100), lease_expires=at(200), limit=4)
+            return len(made)
+        finally:
+            await store.aclose()
+
+    assert asyncio.run(run()) == 1
