@@ -42,7 +42,7 @@ from .servers import SmtpSink
 REPO = Path(__file__).resolve().parent.parent
 PG_URL = os.environ.get("MAILQUEUE_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres").rsplit("/", 1)[0]
 REDIS_URL = os.environ.get("MAILQUEUE_TEST_REDIS", "redis://127.0.0.1:6379/3")
-DB_NAME = "bench_shaping"
+DB_NAME = os.environ.get("BENCH_SHAPING_DB", "bench_shaping")
 
 
 def load() -> str:

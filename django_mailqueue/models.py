@@ -141,6 +141,10 @@ class RateBucket(models.Model):
     wanted = models.IntegerField()
     #: when the bucket was last taken from (microseconds since the epoch, the takers' clock)
     updated = models.BigIntegerField()
+    #: the window (`core.shaping.Window`): grant times of the tokens in flight and times of those reported done,
+    #: microseconds on the store's clock, comma-separated, ascending
+    flying = models.TextField(blank=True, default="", db_default="")
+    done = models.TextField(blank=True, default="", db_default="")
 
     class Meta:
         db_table = "mailqueue_bucket"

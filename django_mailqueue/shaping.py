@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .core.items import Reply
+from .core.shaping import Window
 from .validation import InvalidValueError, keyed
 from .validation import number as _number
 
@@ -75,6 +76,12 @@ class Rate:
     def batch(self) -> int:
         """Tokens a worker asks the store for in one round trip."""
         return max(1, min(self.burst, math.ceil(self.per_second * BATCH_SECONDS)))
+
+    def window(self, lease: float) -> Window:
+        """The closed-loop window the workers' takes keep (docs/shaping.md, "The window"): the count plus a tenth;
+        a token in flight is forgotten after three periods (at least a minute), at most a lease."""
+        expire = min(lease, max(3 * self.period, 60.0))
+        return Window(self.count + self.count // 10, round(self.period * 1e6), round(expire * 1e6))
 
     def __str__(self) -> str:
         unit = next(name for name, seconds in RATE_PERIODS.items() if seconds == self.period)

@@ -95,3 +95,41 @@ def take_from_bucket(
     tokens, updated = refill(left, updated, rate=rate, burst=burst, now=now)
     taken = whole_tokens(tokens, want)
     return taken, tokens - taken, updated
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """A rate's closed-loop window (`QueueStore.take_tokens`): a grant is allowed only while the tokens in flight,
+    the tokens reported done within the last `period` and the grant together stay within `cap`. Counted on the
+    store's own clock; times in microseconds (docs/shaping.md, "The window")."""
+
+    #: the most tokens in flight plus done within the last period (a rate's count plus a tenth)
+    cap: int
+    #: the rate's period
+    period: int
+    #: a token in flight this long is forgotten (its worker died, or never reports)
+    expire: int
+
+
+def window_take(
+    flying: list[int], done: list[int], *, window: Window, report: int, ended: int, now: int
+) -> tuple[int, list[int], list[int]]:
+    """The window's room at `now` and its new lists, given the grant times of the tokens in flight (ascending) and
+    the times of those reported done. Expired entries go; `report` tokens (the oldest in flight) are done, dated
+    `ended` microseconds before `now` (the reporter's measure of how long ago the last of them ended, from when it
+    sent the report: never earlier than it was); the room is what the cap leaves. The reference rule: the Redis
+    script and PostgreSQL's function compute the same; the caller appends each token granted to `flying` at `now`."""
+    flying = [t for t in flying if t > now - window.expire]
+    moved = min(report, len(flying))
+    done = [t for t in done + [now - ended] * moved if t > now - window.period]
+    flying = flying[moved:]
+    return max(0, window.cap - len(flying) - len(done)), flying, done
+
+
+def window_times(text: str) -> list[int]:
+    """A window's list as a store keeps it: microseconds, comma-separated ("" when empty)."""
+    return [int(part) for part in text.split(",")] if text else []
+
+
+def window_text(times: list[int]) -> str:
+    return ",".join(str(t) for t in times)

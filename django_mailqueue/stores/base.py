@@ -25,7 +25,7 @@ from ..core.items import (
     Reply,
     Suppression,
 )
-from ..core.shaping import Suspension
+from ..core.shaping import Suspension, Window
 from ..core.status import QueueSummary
 
 # The input checks a store runs (`inputs`), importable from here as the store contract has long named them.
@@ -283,13 +283,27 @@ class QueueStore(abc.ABC):
     # --- traffic shaping: rates shared by every worker, suspended destinations ---------
 
     @abc.abstractmethod
-    def take_tokens(self, key: str, *, rate: float, burst: int, want: int, now: datetime) -> int:
+    def take_tokens(
+        self,
+        key: str,
+        *,
+        rate: float,
+        burst: int,
+        want: int,
+        now: datetime,
+        window: Window | None = None,
+        done: int = 0,
+        ended: float = 0.0,
+    ) -> int:
         """Take up to `want` whole tokens from the bucket `key`; how many were taken (0 when it is empty).
 
         The bucket refills `rate` tokens a second up to `burst` and starts full; it is shared by every
         worker of the store, and a take is atomic: takers together never get more than the bucket
         allows (`core.shaping.take_from_bucket` is the rule). A `now` behind the bucket's last take
-        refills nothing. Raises `INVALID` for a bad key or figures.
+        refills nothing. With a `window`, the take first reports `done` tokens of the key's over, the last
+        of them `ended` seconds before the call, then gets no more than the window's room, counted on the
+        store's own clock (`core.shaping.window_take` is the rule; `want` 0 only reports). Raises `INVALID`
+        for a bad key or figures.
         """
 
     @abc.abstractmethod
@@ -546,8 +560,21 @@ class QueueStore(abc.ABC):
     async def acancel_many(self, item_ids: Sequence[uuid.UUID]) -> builtins.list[QueueItem | None]:
         return await self._in_thread(self.cancel_many, item_ids)
 
-    async def atake_tokens(self, key: str, *, rate: float, burst: int, want: int, now: datetime) -> int:
-        return await self._in_thread(self.take_tokens, key, rate=rate, burst=burst, want=want, now=now)
+    async def atake_tokens(
+        self,
+        key: str,
+        *,
+        rate: float,
+        burst: int,
+        want: int,
+        now: datetime,
+        window: Window | None = None,
+        done: int = 0,
+        ended: float = 0.0,
+    ) -> int:
+        return await self._in_thread(
+            self.take_tokens, key, rate=rate, burst=burst, want=want, now=now, window=window, done=done, ended=ended
+        )
 
     async def asuspend(self, destination: str, *, until: datetime, reply: Reply, now: datetime) -> Suspension:
         return await self._in_thread(self.suspend, destination, until=until, reply=reply, now=now)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from ..core.errors import Code, QueueError
 from ..core.items import Completion, ItemOrder, NewItem, RecipientOutcome, Reply, Suppression
-from ..core.shaping import MAX_HOLDER, MAX_KEY
+from ..core.shaping import MAX_HOLDER, MAX_KEY, Window
 from ..core.text import refuse_controls, refuse_line_breaks, refuse_unkeepable
 
 if TYPE_CHECKING:
@@ -122,7 +122,16 @@ def check_owner(owner: str) -> None:
         raise QueueError(Code.INVALID, "owner must be at most 200 characters")
 
 
-def check_take(key: str, rate: float, burst: int, want: int, now: datetime) -> None:
+def check_take(
+    key: str,
+    rate: float,
+    burst: int,
+    want: int,
+    now: datetime,
+    window: Window | None = None,
+    done: int = 0,
+    ended: float = 0.0,
+) -> None:
     """Refuse a `take_tokens` call no store can answer (`INVALID`)."""
     check_key(key, "a bucket's key")
     if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 < rate < float("inf"):
@@ -132,6 +141,14 @@ def check_take(key: str, rate: float, burst: int, want: int, now: datetime) -> N
     if isinstance(want, bool) or not isinstance(want, int) or want < 0:
         raise QueueError(Code.INVALID, "the tokens wanted must be a whole number of at least 0")
     check_aware(now, "now")
+    if window is not None:
+        figures = (window.cap, window.period, window.expire)
+        if any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in figures):
+            raise QueueError(Code.INVALID, "a window's cap, period and expiry must be whole numbers of at least 1")
+    if isinstance(done, bool) or not isinstance(done, int) or done < 0:
+        raise QueueError(Code.INVALID, "the tokens reported done must be a whole number of at least 0")
+    if isinstance(ended, bool) or not isinstance(ended, int | float) or not 0 <= ended < float("inf"):
+        raise QueueError(Code.INVALID, "when the tokens reported done ended must be a number of seconds, at least 0")
 
 
 def check_suspend(destination: str, until: datetime, reply: Reply, now: datetime) -> None:

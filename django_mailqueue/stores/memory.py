@@ -6,6 +6,7 @@ import asyncio
 import builtins
 import itertools
 import threading
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -27,7 +28,7 @@ from ..core.items import (
     matches,
     sent_again,
 )
-from ..core.shaping import Suspension, forgotten, next_suspension, take_from_bucket
+from ..core.shaping import Suspension, Window, forgotten, next_suspension, take_from_bucket, window_take
 from .base import OVERVIEW_QUEUES, QueueStore
 from .inputs import (
     check_aware,
@@ -62,6 +63,7 @@ class MemoryStore(QueueStore):
         self._generation = 0
         #: token buckets: key -> (tokens, when last taken, in microseconds)
         self._buckets: dict[str, tuple[float, int]] = {}
+        self._windows: dict[str, tuple[list[int], list[int]]] = {}
         self._suspensions: dict[str, Suspension] = {}
         #: probes: destination -> (until, holder)
         self._probes: dict[str, tuple[datetime, str]] = {}
@@ -208,14 +210,34 @@ class MemoryStore(QueueStore):
 
     # --- traffic shaping ------------------------------------------------------------
 
-    def take_tokens(self, key: str, *, rate: float, burst: int, want: int, now: datetime) -> int:
-        check_take(key, rate, burst, want, now)
+    def take_tokens(
+        self,
+        key: str,
+        *,
+        rate: float,
+        burst: int,
+        want: int,
+        now: datetime,
+        window: Window | None = None,
+        done: int = 0,
+        ended: float = 0.0,
+    ) -> int:
+        check_take(key, rate, burst, want, now, window, done, ended)
         with self._lock:
+            if window is not None:  # the window on this process's monotonic clock: the store's own
+                clock = round(time.monotonic() * 1e6)
+                flying, finished = self._windows.get(key) or ([], [])
+                room, flying, finished = window_take(
+                    flying, finished, window=window, report=done, ended=round(ended * 1e6), now=clock
+                )
+                want = min(want, room)
             left, updated = self._buckets.get(key) or (0.0, None)
             taken, left, updated = take_from_bucket(
                 left, updated, rate=rate, burst=burst, want=want, now=to_micros(now)
             )
             self._buckets[key] = (left, updated)
+            if window is not None:
+                self._windows[key] = (flying + [clock] * taken, finished)
             return taken
 
     def suspend(self, destination: str, *, until: datetime, reply: Reply, now: datetime) -> Suspension:

@@ -11,7 +11,7 @@ from typing import Any, Generic, TypeVar
 
 from ..core.clock import from_micros, to_micros
 from ..core.items import Reply
-from ..core.shaping import FORGET_AFTER, Suspension
+from ..core.shaping import FORGET_AFTER, Suspension, Window
 from . import redis_scripts as scripts
 from .base import QueueStore
 from .inputs import check_aware, check_defer, check_key, check_probe, check_suspend, check_take
@@ -67,9 +67,21 @@ class RedisShaping(QueueStore):
 
     # --- the calls ----------------------------------------------------------------------
 
-    def _take(self, key: str, rate: float, burst: int, want: int, now: datetime) -> _Call[int]:
-        check_take(key, rate, burst, want, now)
+    def _take(
+        self,
+        key: str,
+        rate: float,
+        burst: int,
+        want: int,
+        now: datetime,
+        window: Window | None,
+        done: int,
+        ended: float,
+    ) -> _Call[int]:
+        check_take(key, rate, burst, want, now, window, done, ended)
         args = [repr(float(rate)), str(burst), str(want), str(to_micros(now))]
+        if window is not None:
+            args += [str(window.cap), str(window.period), str(window.expire), str(done), str(round(ended * 1e6))]
         return _Call(scripts.TAKE_TOKENS, [self.keys.bucket(key)], args, int, waits=False)
 
     def _forgotten(self, now: datetime) -> tuple[scripts.Arg, ...]:
@@ -172,11 +184,33 @@ class RedisShaping(QueueStore):
 
     # --- the methods --------------------------------------------------------------------
 
-    def take_tokens(self, key: str, *, rate: float, burst: int, want: int, now: datetime) -> int:
-        return self._run(self._take(key, rate, burst, want, now))
+    def take_tokens(
+        self,
+        key: str,
+        *,
+        rate: float,
+        burst: int,
+        want: int,
+        now: datetime,
+        window: Window | None = None,
+        done: int = 0,
+        ended: float = 0.0,
+    ) -> int:
+        return self._run(self._take(key, rate, burst, want, now, window, done, ended))
 
-    async def atake_tokens(self, key: str, *, rate: float, burst: int, want: int, now: datetime) -> int:
-        return await self._arun(self._take(key, rate, burst, want, now))
+    async def atake_tokens(
+        self,
+        key: str,
+        *,
+        rate: float,
+        burst: int,
+        want: int,
+        now: datetime,
+        window: Window | None = None,
+        done: int = 0,
+        ended: float = 0.0,
+    ) -> int:
+        return await self._arun(self._take(key, rate, burst, want, now, window, done, ended))
 
     # A suspension and the suspensions of every destination read the destinations first (their records' keys
     # are then declared: docs/redis.md, "The scripts"); a suspension is rare, `suspensions()` a refresh.

@@ -14,7 +14,7 @@ import logging
 from collections import Counter
 from collections.abc import Callable, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from ..conf import QueueSettings, RelayRoute
@@ -26,6 +26,7 @@ from ..delivery.destinations import DestinationReport
 from ..shaping import DestinationPolicy, is_dead, suspends, suspension_seconds
 from ..stores.base import QueueStore
 from .probing import Probes, Step, probe_hold, recheck_after
+from .tokens import Tokens
 
 logger = logging.getLogger("django_mailqueue")
 
@@ -43,22 +44,6 @@ MAX_DOMAINS = 100_000
 MAX_DEFER_DOMAINS = 1000
 
 
-#: The share of a RATE the workers' bucket refills at: 97%, so a one-second window at the relay has room for a few
-#: tokens' time of delays between a token's take and its message's arrival (docs/shaping.md, "Limits").
-RATE_TARGET = 0.97
-
-
-def next_ask(per_second: float) -> float:
-    """Seconds after a take that got fewer tokens than it asked for (or failed) before the bucket is asked again,
-    counted from when the take was sent.
-
-    Such a take left less than one whole token in the bucket, so one is whole again within `1 / rate` of it:
-    asking then takes it before the bucket can fill to its size (`burst` >= 1 more than that fraction) and
-    let the rate's tokens go unused while the worker sleeps. Asking sooner would cost round trips for
-    nothing; later, with a bucket of one or two tokens, loses tokens (the rate unmet)."""
-    return min(60.0, 1.0 / per_second)
-
-
 @dataclass(frozen=True)
 class Ticket:
     """An attempt's admission: the destinations it holds a connection slot of, each with a token taken."""
@@ -66,6 +51,8 @@ class Ticket:
     policies: tuple[DestinationPolicy, ...] = ()
     #: loop time of the admission
     began: float = 0.0
+    #: destinations whose token the deliverer took after the admission (`enter`): reported done with the others
+    later: list[DestinationPolicy] = field(default_factory=list, compare=False)
 
 
 @dataclass(frozen=True)
@@ -117,12 +104,8 @@ class Shaper:
         #: loop times the attempts under way to each destination began, and how long its attempts take
         self._began: dict[str, list[float]] = {}
         self._seconds: dict[str, float] = {}
-        #: tokens taken from the store's buckets and not used yet
-        self._stock: Counter[str] = Counter()
-        self._refills: dict[str, asyncio.Task[None]] = {}
-        self._timers: dict[str, asyncio.TimerHandle] = {}
-        #: loop time before which a bucket is not asked again (it was empty)
-        self._empty_until: dict[str, float] = {}
+        #: the tokens of the store's buckets (tokens.py)
+        self.tokens = Tokens(store, clock, lease=settings.lease, wake=lambda: self.wake())
         self._view: dict[str, Suspension] = {}
         self._view_at: float | None = None
         self._refreshing: asyncio.Task[bool] | None = None
@@ -201,19 +184,22 @@ class Shaper:
                 return Wait(policy)
             if limits.connections is not None and self._busy[policy.key] >= limits.connections:
                 return Wait(policy)
-            if limits.rate is not None and self._stock[policy.key] < 1:
-                self._refill(policy)
+            if limits.rate is not None and self.tokens.stock[policy.key] < 1:
+                self.tokens.ask(policy)
                 return Wait(policy)
         began = loop_now
         for policy in free:
             self._busy[policy.key] += 1
             self._began.setdefault(policy.key, []).append(began)
             if policy.limits.rate is not None:
-                self._stock[policy.key] -= 1
+                self.tokens.stock[policy.key] -= 1
         return Ticket(tuple(free), began)
 
     def release(self, ticket: Ticket) -> None:
-        """The attempt's SMTP part is over: its connection slots are free."""
+        """The attempt's SMTP part is over: its connection slots are free, its tokens done."""
+        for policy in (*ticket.policies, *ticket.later):
+            if policy.limits.rate is not None:
+                self.tokens.done(policy, policy.limits.rate)
         if not ticket.policies:
             return
         seconds = asyncio.get_running_loop().time() - ticket.began
@@ -238,61 +224,6 @@ class Shaper:
         per_attempt = self._seconds.get(policy.key, oldest)
         return min(300.0, place * per_attempt / limits.connections)
 
-    # --- tokens ---------------------------------------------------------------------------
-
-    def _refill(self, policy: DestinationPolicy) -> None:
-        """Ask the store for the next few tokens, in the background (one request per bucket at a time)."""
-        key = policy.key
-        asking = self._refills.get(key)
-        if asking is not None and not asking.done():  # a finished one whose callback has not run yet is over
-            return
-        loop = asyncio.get_running_loop()
-        due = self._empty_until.get(key, 0.0)
-        if loop.time() < due:
-            if key not in self._timers:  # the wake-up at `due` (a timer may fire a hair early: ask again then)
-                self._timers[key] = loop.call_at(due + 0.001, self._due, key)
-            return
-        task = loop.create_task(self._take(policy), name=f"mailqueue-tokens-{key}")
-        self._refills[key] = task
-        task.add_done_callback(lambda done: self._refills.pop(key) if self._refills.get(key) is done else None)
-
-    def _due(self, key: str) -> None:
-        self._timers.pop(key, None)
-        self.wake()
-
-    async def _take(self, policy: DestinationPolicy) -> None:
-        rate = policy.limits.rate
-        assert rate is not None
-        want = rate.batch
-        loop = asyncio.get_running_loop()
-        asked = loop.time()
-        try:
-            got = await self._take_tokens(policy.key, rate=rate.per_second * RATE_TARGET, burst=rate.burst, want=want)
-        except QueueError as exc:
-            logger.warning("tokens for %s could not be taken from the store: %s", policy.key, exc)
-            got = 0
-        self._stock[policy.key] += got
-        if got < want:
-            self._empty_until[policy.key] = asked + next_ask(rate.per_second * RATE_TARGET)
-        self.wake()
-
-    async def _take_tokens(self, key: str, *, rate: float, burst: int, want: int) -> int:
-        return await self.store.atake_tokens(key, rate=rate, burst=burst, want=want, now=self.clock.now())
-
-    async def _token(self, policy: DestinationPolicy) -> None:
-        """Wait for a token of `policy`'s rate and take it (for a destination the worker could not admit
-        by name: an MX domain whose rollup was unknown until its lookup)."""
-        key = policy.key
-        loop = asyncio.get_running_loop()
-        while self._stock[key] < 1:
-            self._refill(policy)
-            task = self._refills.get(key)
-            if task is not None and not task.done():  # awaiting a finished task would not yield to the loop
-                await asyncio.shield(task)
-            else:
-                await asyncio.sleep(max(0.005, self._empty_until.get(key, 0.0) - loop.time()))
-        self._stock[key] -= 1
-
     # --- the deliverer's gate ----------------------------------------------------------------
 
     def suspended(self, key: str) -> Suspension | None:
@@ -312,7 +243,9 @@ class Shaper:
         ticket = TICKET.get()
         admitted = ticket is not None and any(p.key == policy.key for p in ticket.policies)
         if policy.limits.rate is not None and not admitted:
-            await self._token(policy)
+            await self.tokens.token(policy)
+            if ticket is not None:
+                ticket.later.append(policy)
         return None
 
     # --- slow start (probing.py) ---------------------------------------------------------------
@@ -584,15 +517,13 @@ class Shaper:
             logger.warning("the strikes of %s could not be cleared in the store: %s", key, exc)
 
     async def aclose(self) -> None:
-        for timer in self._timers.values():
-            timer.cancel()
-        self._timers.clear()
+        await self.tokens.aclose()
         self.probes.close()
         for holder in list(self._renewing):
             self._stop_renewing(holder)
         if self._ending:  # probes ended after a session was accepted: let them reach the store
             await asyncio.gather(*self._ending, return_exceptions=True)
-        tasks = [*self._refills.values(), *([self._refreshing] if self._refreshing is not None else [])]
+        tasks = [self._refreshing] if self._refreshing is not None else []
         for task in tasks:
             task.cancel()
         if tasks:
@@ -602,7 +533,6 @@ class Shaper:
 __all__ = [
     "BLOCKED_RECHECK",
     "GIVE_BACK_AFTER",
-    "RATE_TARGET",
     "TICKET",
     "VIEW_TTL",
     "Hold",

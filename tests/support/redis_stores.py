@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from django_mailqueue.core.items import Completion, ItemOrder, ItemQuery, NewItem, QueueItem, Reply, Suppression
-from django_mailqueue.core.shaping import Suspension
+from django_mailqueue.core.shaping import Suspension, Window
 from django_mailqueue.stores.base import QueueStore
 from django_mailqueue.stores.redis import RedisStore
 from django_mailqueue.testing import QueueStoreContract
@@ -165,8 +165,23 @@ class AsyncTwins(QueueStore):
     def count(self, query: ItemQuery | None = None, *, limit: int | None = None) -> int:
         return self.loop.call(self.inner.acount(query, limit=limit))
 
-    def take_tokens(self, key: str, *, rate: float, burst: int, want: int, now: datetime) -> int:
-        return self.loop.call(self.inner.atake_tokens(key, rate=rate, burst=burst, want=want, now=now))
+    def take_tokens(
+        self,
+        key: str,
+        *,
+        rate: float,
+        burst: int,
+        want: int,
+        now: datetime,
+        window: Window | None = None,
+        done: int = 0,
+        ended: float = 0.0,
+    ) -> int:
+        return self.loop.call(
+            self.inner.atake_tokens(
+                key, rate=rate, burst=burst, want=want, now=now, window=window, done=done, ended=ended
+            )
+        )
 
     def suspend(self, destination: str, *, until: datetime, reply: Reply, now: datetime) -> Suspension:
         return self.loop.call(self.inner.asuspend(destination, until=until, reply=reply, now=now))

@@ -59,6 +59,10 @@ class CountingSmtpServer(LoopThreadServer):
     blackhole: bool = False
     #: seconds before the reply to the end of each message
     delay: float = 0.0
+    #: hold the reply to MAIL until this many sessions wait for it, or `hold_for` seconds after the first: the
+    #: messages whose tokens were taken meanwhile arrive together (once; later MAILs go on at once)
+    hold_mail: int = 0
+    hold_for: float = 0.0
     sessions: list[Connection] = field(default_factory=list)
     accepted: list[Accepted] = field(default_factory=list)
     throttled: list[float] = field(default_factory=list)
@@ -72,6 +76,8 @@ class CountingSmtpServer(LoopThreadServer):
         self._thread = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._recent: deque[float] = deque()
+        self._gate: asyncio.Event | None = None
+        self._holding = 0
 
     def connections_between(self, start: float, end: float) -> list[Connection]:
         return [c for c in self.sessions if start <= c.opened < end]
@@ -122,6 +128,8 @@ class CountingSmtpServer(LoopThreadServer):
                     writer.write(b"250-counting.test\r\n250-PIPELINING\r\n250 8BITMIME\r\n")
                 elif verb == b"MAIL":
                     recipients = []
+                    if self.hold_mail:
+                        await self._hold()
                     mail = self._rate_allows(time.monotonic())
                     if mail:
                         writer.write(b"250 2.1.0 OK\r\n")
@@ -170,6 +178,15 @@ class CountingSmtpServer(LoopThreadServer):
             self.open_now -= 1
             if not writer.is_closing():
                 writer.close()
+
+    async def _hold(self) -> None:
+        if self._gate is None:
+            self._gate = asyncio.Event()
+            asyncio.get_running_loop().call_later(self.hold_for, self._gate.set)
+        self._holding += 1
+        if self._holding >= self.hold_mail:
+            self._gate.set()
+        await self._gate.wait()
 
     def _track(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.get_running_loop().create_task(self._serve(reader, writer))

@@ -70,7 +70,7 @@ async def test_a_take_that_ended_before_its_callback_ran_does_not_stall_a_wait_f
 
     ended = asyncio.get_running_loop().create_task(nothing())
     await ended
-    s._refills[policy.key] = ended
+    s.tokens._refills[policy.key] = ended
 
     def stuck(signum: int, frame: Any) -> None:
         raise TimeoutError("the loop spun on a finished take")
@@ -78,7 +78,7 @@ async def test_a_take_that_ended_before_its_callback_ran_does_not_stall_a_wait_f
     previous = signal.signal(signal.SIGALRM, stuck)
     signal.setitimer(signal.ITIMER_REAL, 10)
     try:
-        await asyncio.wait_for(s._token(policy), 5)
+        await asyncio.wait_for(s.tokens.token(policy), 5)
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)

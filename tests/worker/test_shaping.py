@@ -230,6 +230,24 @@ async def test_a_relays_rate_is_kept(servers: Servers) -> None:
     assert relay.most_in_a_second(after=first) <= 22  # the first second too: the bucket starts full, of one
 
 
+async def test_messages_late_after_their_tokens_never_pass_the_rate_s_window(servers: Servers) -> None:
+    """The relay holds every MAIL until 30 sessions wait for it (or 3 s): the messages whose tokens were taken
+    meanwhile reach it together. The bucket alone grants 30 in under two seconds and they arrive in one moment; the
+    window grants none past 22 (20 and a tenth) in flight or done within the second, however late they arrive."""
+    relay = servers.start("127.0.0.3", hold_mail=30, hold_for=3.0)
+    store = MemoryStore()
+    fill(store, "anywhere.test", 60)
+    config = {
+        "STORE": {"BACKEND": "django_mailqueue.stores.memory.MemoryStore"},
+        "ROUTES": {"*": {"HOST": "127.0.0.3", "PORT": servers.port, "TLS": "none", "RATE": "20/s"}},
+        "CONCURRENCY": 40,
+        "POLL_INTERVAL": 0.1,
+    }
+    await worker(config, store, once=True).run()
+    assert len(relay.accepted) == 60
+    assert relay.most_in_a_second(after=relay.accepted[0].at) <= 22
+
+
 # --- suspensions ---------------------------------------------------------------------------
 
 

@@ -1,16 +1,53 @@
 -- take_tokens.lua: take up to `want` whole tokens from a token bucket, for every worker of the store.
 --
--- KEYS[1]  <prefix>bucket:<key>   hash: left (tokens after the last take), updated (µs)
+-- KEYS[1]  <prefix>bucket:<key>   hash: left (tokens after the last take), updated (µs); with a window also
+--                                 flying, done (µs on the server's clock, comma-separated; flying ascending)
 -- ARGV[1]  rate, tokens a second
 -- ARGV[2]  burst, the most the bucket holds
 -- ARGV[3]  want
 -- ARGV[4]  now (µs)
+-- ARGV[5..9] (a window only) cap, period (µs), expire (µs), tokens reported done, how long ago they ended (µs)
 --
 -- core/shaping.take_from_bucket in Lua, the same floating-point operations in the same order: a new
 -- bucket is full; a clock behind the bucket's refills nothing; 1e-9 is core/shaping.TOKEN_SLACK.
--- Numbers are written with 17 digits (Lua's own conversion keeps 14). Returns how many were taken.
+-- The window is core/shaping.window_take on the server's clock (TIME). Numbers are written with 17
+-- digits (Lua's own conversion keeps 14). Returns how many were taken.
 local rate, burst, want, now = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local held = redis.call('HMGET', KEYS[1], 'left', 'updated')
+local held = redis.call('HMGET', KEYS[1], 'left', 'updated', 'flying', 'done')
+local flying, done, clock = {}, {}, 0
+if ARGV[5] then
+  local cap, period, expire, report = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+  local ended = tonumber(ARGV[9])
+  local time = redis.call('TIME')
+  clock = tonumber(time[1]) * 1000000 + tonumber(time[2])
+  for t in string.gmatch(held[3] or '', '%d+') do
+    t = tonumber(t)
+    if t > clock - expire then
+      flying[#flying + 1] = t
+    end
+  end
+  for t in string.gmatch(held[4] or '', '%d+') do
+    t = tonumber(t)
+    if t > clock - period then
+      done[#done + 1] = t
+    end
+  end
+  local moved = math.min(report, #flying)
+  if clock - ended <= clock - period then
+    ended = -1
+  end
+  local kept = {}
+  for i = moved + 1, #flying do
+    kept[#kept + 1] = flying[i]
+  end
+  flying = kept
+  if ended >= 0 then
+    for _ = 1, moved do
+      done[#done + 1] = clock - ended
+    end
+  end
+  want = math.min(want, math.max(0, cap - #flying - #done))
+end
 local tokens, updated
 if not held[2] then
   tokens, updated = burst, now
@@ -26,4 +63,17 @@ else
 end
 local taken = math.min(want, math.floor(tokens + 1e-9))
 redis.call('HSET', KEYS[1], 'left', string.format('%.17g', tokens - taken), 'updated', string.format('%d', updated))
+if ARGV[5] then
+  for _ = 1, taken do
+    flying[#flying + 1] = clock
+  end
+  local function join(list)
+    local parts = {}
+    for i, t in ipairs(list) do
+      parts[i] = string.format('%d', t)
+    end
+    return table.concat(parts, ',')
+  end
+  redis.call('HSET', KEYS[1], 'flying', join(flying), 'done', join(done))
+end
 return taken

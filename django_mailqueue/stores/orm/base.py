@@ -20,6 +20,7 @@ from django.db.models.functions import Lower
 
 from ...core.items import NewItem, QueueItem
 from ...core.search import terms
+from ...core.shaping import Window
 from ...models import QueuedRecipient
 from .rows import ItemRow, RecipientRow
 from .statements import statement
@@ -101,6 +102,12 @@ class Dialect(abc.ABC):
     @abc.abstractmethod
     def take_tokens(self, name: str, rate: float, burst: int, want: int, now_us: int) -> int:
         """`QueueStore.take_tokens`, atomic by itself (outside a transaction of the store's)."""
+
+    @abc.abstractmethod
+    def take_window(
+        self, name: str, rate: float, burst: int, want: int, now_us: int, window: Window, done: int, ended: int
+    ) -> int:
+        """`QueueStore.take_tokens` with a window, atomic by itself, on the database's clock."""
 
     @abc.abstractmethod
     def take_probe(self, destination: str, holder: str, until_us: int, now_us: int) -> bool:

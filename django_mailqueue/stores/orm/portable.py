@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import builtins
+import time
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
@@ -15,7 +16,7 @@ from django.db.models import F, Q
 
 from ...core.clock import to_micros
 from ...core.items import NewItem, QueueItem, address_domain, as_added
-from ...core.shaping import refill, whole_tokens
+from ...core.shaping import Window, refill, whole_tokens, window_take, window_text, window_times
 from ...models import QueuedItem, QueuedMessage, QueuedRecipient, RateBucket
 from ...models import Suspension as SuspensionRow
 from .base import Dialect
@@ -182,6 +183,38 @@ class PortableDialect(Dialect):
             wanted = min(want, burst)
             buckets.filter(name=name).update(rate=rate, burst=burst, tokens=tokens, wanted=wanted, updated=updated)
         return whole_tokens(tokens, wanted)
+
+    def take_window(
+        self, name: str, rate: float, burst: int, want: int, now_us: int, window: Window, done: int, ended: int
+    ) -> int:
+        """`take_tokens`'s transaction with the window, on this machine's clock read once the row is locked (SQLite's
+        writers are one machine's processes; another database's takers share its clock only if their machines do)."""
+        buckets = RateBucket.objects.using(self.alias)
+        columns = ("tokens", "wanted", "updated", "flying", "done")
+        with transaction.atomic(using=self.alias):
+            found = buckets.select_for_update().filter(name=name).values_list(*columns).first()
+            if found is None:
+                full = RateBucket(name=name, rate=rate, burst=burst, tokens=float(burst), wanted=0, updated=now_us)
+                buckets.bulk_create([full], ignore_conflicts=True)
+                found = buckets.select_for_update().filter(name=name).values_list(*columns).get()
+            held, wanted, updated, flying, finished = found
+            clock = round(time.time() * 1e6)
+            room, kept, dated = window_take(
+                window_times(flying), window_times(finished), window=window, report=done, ended=ended, now=clock
+            )
+            tokens, updated = refill(held - whole_tokens(held, wanted), updated, rate=rate, burst=burst, now=now_us)
+            wanted = min(want, burst, room)
+            taken = whole_tokens(tokens, wanted)
+            buckets.filter(name=name).update(
+                rate=rate,
+                burst=burst,
+                tokens=tokens,
+                wanted=wanted,
+                updated=updated,
+                flying=window_text(kept + [clock] * taken),
+                done=window_text(dated),
+            )
+        return taken
 
     def take_probe(self, destination: str, holder: str, until_us: int, now_us: int) -> bool:
         """A transaction: the row made if missing (a probe only, no strike), locked, tested, written."""

@@ -21,6 +21,7 @@ from django.db.models.expressions import RawSQL
 from ...core.clock import from_micros
 from ...core.items import NewItem, QueueItem, address_domain, as_added, due_micros
 from ...core.search import terms
+from ...core.shaping import Window
 from ..base import READ_CHUNK
 from .base import HandWritten
 from .pg_binding import binary_cursor, execute_autocommit
@@ -165,6 +166,31 @@ class PostgresDialect(HandWritten, PortableDialect):
             cursor.execute(
                 statement(self.name, "take_tokens"),
                 [asynchronous, name, rate, burst, float(burst), min(want, burst), now_us],
+            )
+            return int(cursor.fetchone()[0])
+
+    def take_window(
+        self, name: str, rate: float, burst: int, want: int, now_us: int, window: Window, done: int, ended: int
+    ) -> int:
+        """One call of the function migration 0019 made (`clock_timestamp()` read once the row is locked); its
+        commit as `take_tokens`'s."""
+        asynchronous = None if self.connection.in_atomic_block else "off"
+        with self.cursor() as cursor:
+            cursor.execute(
+                "SELECT mailqueue_take_window(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                [
+                    asynchronous,
+                    name,
+                    rate,
+                    burst,
+                    min(want, burst),
+                    now_us,
+                    window.cap,
+                    window.period,
+                    window.expire,
+                    done,
+                    ended,
+                ],
             )
             return int(cursor.fetchone()[0])
 

@@ -27,7 +27,7 @@ from ...core.items import (
     Reply,
     Suppression,
 )
-from ...core.shaping import Suspension
+from ...core.shaping import Suspension, Window
 from ...core.status import QueueSummary
 from ...models import QueuedItem, QueueLock
 from ..base import OVERVIEW_QUEUES, QueueStore
@@ -372,10 +372,26 @@ class OrmStore(QueueStore):
     # --- traffic shaping ------------------------------------------------------------
 
     @_own_write
-    def take_tokens(self, key: str, *, rate: float, burst: int, want: int, now: datetime) -> int:
-        """One statement on SQLite and PostgreSQL, atomic by itself; a transaction on the portable dialect."""
-        check_take(key, rate, burst, want, now)
+    def take_tokens(
+        self,
+        key: str,
+        *,
+        rate: float,
+        burst: int,
+        want: int,
+        now: datetime,
+        window: Window | None = None,
+        done: int = 0,
+        ended: float = 0.0,
+    ) -> int:
+        """One statement on SQLite and PostgreSQL, atomic by itself; a transaction on the portable dialect. With a
+        window: a function call on PostgreSQL, the portable dialect's transaction elsewhere."""
+        check_take(key, rate, burst, want, now, window, done, ended)
         with self._errors():
+            if window is not None:
+                return self.dialect.take_window(
+                    key, float(rate), burst, want, to_micros(now), window, done, round(ended * 1e6)
+                )
             return self.dialect.take_tokens(key, float(rate), burst, want, to_micros(now))
 
     @_own_write

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 
 import pytest
 
 from ...core.errors import Code, QueueError
 from ...core.items import Completion, RecipientState, Reply
-from ...core.shaping import FORGET_AFTER
+from ...core.shaping import FORGET_AFTER, Window
 from ...stores.base import QueueStore
 from .support import LATER, OK, T0, ContractBase, at, new_item, outcome
 
@@ -80,6 +81,103 @@ class Shaping(ContractBase):
         ]:
             with pytest.raises(QueueError) as caught:
                 store.take_tokens(key, rate=rate, burst=burst, want=want, now=T0)
+            assert caught.value.code is Code.INVALID
+
+    # --- a rate's window (the store's own clock) ---------------------------------------------
+
+    @staticmethod
+    def window(cap: int, *, period: float = 60, expire: float = 60) -> Window:
+        return Window(cap, round(period * 1e6), round(expire * 1e6))
+
+    def test_a_window_grants_up_to_its_cap(self, store: QueueStore) -> None:
+        def take(want: int) -> int:
+            return store.take_tokens(
+                "relay:w.example:25", rate=1000, burst=100, want=want, now=T0, window=self.window(5)
+            )
+
+        assert [take(3), take(3), take(3)] == [3, 2, 0]
+        assert store.take_tokens("other.example", rate=1000, burst=2, want=9, now=T0, window=self.window(5)) == 2
+
+    def test_tokens_done_count_for_a_period_then_free_the_window(self, store: QueueStore) -> None:
+        key = "relay:w.example:25"
+
+        def take(want: int, done: int = 0, period: float = 60, expire: float = 60) -> int:
+            window = self.window(3, period=period, expire=expire)
+            return store.take_tokens(key, rate=1000, burst=100, want=want, now=T0, window=window, done=done)
+
+        assert take(3) == 3
+        assert take(1, done=2) == 0  # done within the period: still counted
+        time.sleep(0.25)
+        assert take(3, period=0.2) == 2  # the two done are forgotten, the one in flight stays past the period
+        assert take(3, done=9, period=0.2) == 0  # reported now (more than in flight: those in flight): counted
+        time.sleep(0.25)
+        assert take(3, period=0.2) == 3
+
+    def test_a_report_alone_takes_nothing(self, store: QueueStore) -> None:
+        key = "relay:w.example:25"
+
+        def take(want: int, done: int = 0, period: float = 60) -> int:
+            window = self.window(2, period=period)
+            return store.take_tokens(key, rate=1000, burst=100, want=want, now=T0, window=window, done=done)
+
+        assert take(2) == 2
+        assert take(0, done=2) == 0
+        time.sleep(0.25)
+        assert take(2, period=0.2) == 2
+
+    def test_tokens_done_are_dated_when_they_ended(self, store: QueueStore) -> None:
+        key = "relay:w.example:25"
+
+        def take(want: int, done: int = 0, ended: float = 0.0) -> int:
+            window = self.window(3)
+            return store.take_tokens(
+                key, rate=1000, burst=100, want=want, now=T0, window=window, done=done, ended=ended
+            )
+
+        assert take(3) == 3
+        assert take(0, done=2, ended=59) == 0  # ended 59 s ago: within the 60 s period
+        assert take(3, done=1, ended=120) == 1  # ended two minutes ago: out of the period at once
+
+    def test_tokens_in_flight_expire(self, store: QueueStore) -> None:
+        key = "relay:w.example:25"
+
+        def take(expire: float = 60) -> int:
+            window = self.window(2, expire=expire)
+            return store.take_tokens(key, rate=1000, burst=100, want=2, now=T0, window=window)
+
+        assert take() == 2
+        time.sleep(0.25)
+        assert take() == 0
+        assert take(expire=0.2) == 2  # a worker that died: its tokens are forgotten
+
+    def test_a_window_and_the_bucket_share_a_key(self, store: QueueStore) -> None:
+        key = "relay:w.example:25"
+        window = self.window(10)
+        assert store.take_tokens(key, rate=0.001, burst=5, want=2, now=T0, window=window) == 2
+        assert store.take_tokens(key, rate=0.001, burst=5, want=5, now=T0) == 3  # the bucket as the window left it
+        assert store.take_tokens(key, rate=0.001, burst=5, want=5, now=T0, window=window) == 0
+
+    def test_concurrent_takers_never_pass_the_window(self, store: QueueStore) -> None:
+        def drain(index: int) -> int:
+            got = 0
+            window = self.window(17)
+            while taken := store.take_tokens(
+                "shared", rate=1000, burst=1000, want=1 + index % 3, now=T0, window=window
+            ):
+                got += taken
+            return got
+
+        assert sum(self.in_threads(6, drain)) == 17
+
+    def test_a_bad_window_is_refused(self, store: QueueStore) -> None:
+        for window, done, ended in [
+            (Window(0, 1, 1), 0, 0.0),
+            (Window(1, 0, 1), 0, 0.0),
+            (Window(1, 1, 1), -1, 0.0),
+            (Window(1, 1, 1), 1, -1.0),
+        ]:
+            with pytest.raises(QueueError) as caught:
+                store.take_tokens("k", rate=1, burst=1, want=1, now=T0, window=window, done=done, ended=ended)
             assert caught.value.code is Code.INVALID
 
     # --- suspensions ----------------------------------------------------------------------
