@@ -111,25 +111,37 @@ class Window:
     expire: int
 
 
+#: A window's list: (time in microseconds, tokens), one entry a take or a report (the tokens of one share its time).
+Times = list[tuple[int, int]]
+
+
 def window_take(
-    flying: list[int], done: list[int], *, window: Window, report: int, ended: int, now: int
-) -> tuple[int, list[int], list[int]]:
-    """The window's room at `now` and its new lists, given the grant times of the tokens in flight (ascending) and
-    the times of those reported done. Expired entries go; `report` tokens (the oldest in flight) are done, dated
-    `ended` microseconds before `now` (the reporter's measure of how long ago the last of them ended, from when it
-    sent the report: never earlier than it was); the room is what the cap leaves. The reference rule: the Redis
-    script and PostgreSQL's function compute the same; the caller appends each token granted to `flying` at `now`."""
-    flying = [t for t in flying if t > now - window.expire]
-    moved = min(report, len(flying))
-    done = [t for t in done + [now - ended] * moved if t > now - window.period]
-    flying = flying[moved:]
-    return max(0, window.cap - len(flying) - len(done)), flying, done
+    flying: Times, done: Times, *, window: Window, report: int, ended: int, now: int
+) -> tuple[int, Times, Times]:
+    """The window's room at `now` and its new lists, given the tokens in flight by grant time (oldest first) and
+    those reported done by when they ended. Expired entries go; `report` tokens (the oldest in flight) are done,
+    dated `ended` microseconds before `now` (the reporter's measure of how long ago the last of them ended, from when
+    it sent the report: never earlier than it was; one dated out of the period goes at once); the room is what the
+    cap leaves. The reference rule: the Redis script and PostgreSQL's function compute the same; the caller appends
+    the tokens granted to `flying` as one entry at `now`."""
+    flying = [(t, n) for t, n in flying if t > now - window.expire]
+    moved = min(report, sum(n for _, n in flying))
+    left, kept = moved, []
+    for t, n in flying:
+        if left >= n:
+            left -= n
+        else:
+            kept.append((t, n - left))
+            left = 0
+    added = [(now - ended, moved)] if moved else []
+    done = [(t, n) for t, n in done + added if t > now - window.period]
+    return max(0, window.cap - sum(n for _, n in kept) - sum(n for _, n in done)), kept, done
 
 
-def window_times(text: str) -> list[int]:
-    """A window's list as a store keeps it: microseconds, comma-separated ("" when empty)."""
-    return [int(part) for part in text.split(",")] if text else []
+def window_times(text: str) -> Times:
+    """A window's list as a store keeps it: "time*tokens" entries, comma-separated ("" when empty)."""
+    return [(int(t), int(n)) for t, _, n in (part.partition("*") for part in text.split(","))] if text else []
 
 
-def window_text(times: list[int]) -> str:
-    return ",".join(str(t) for t in times)
+def window_text(times: Times) -> str:
+    return ",".join(f"{t}*{n}" for t, n in times)

@@ -18,10 +18,13 @@ CREATE OR REPLACE FUNCTION mailqueue_take_window(
 ) RETURNS integer LANGUAGE plpgsql AS $$
 DECLARE
     b record;
+    e record;
     clock bigint;
-    fl bigint[];
-    dn bigint[];
-    moved integer;
+    fl text[] := '{}';
+    dn text[] := '{}';
+    added text[] := '{}';
+    used integer := 0;
+    left_over integer;
     v_tokens double precision;
     v_wanted integer;
     taken integer;
@@ -33,20 +36,37 @@ BEGIN
     VALUES (p_name, p_rate, p_burst, p_burst, 0, p_now, '', '') ON CONFLICT (name) DO NOTHING;
     SELECT * INTO b FROM mailqueue_bucket WHERE name = p_name FOR UPDATE;
     clock := floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
-    fl := ARRAY(SELECT t FROM unnest(string_to_array(NULLIF(b.flying, ''), ',')::bigint[]) WITH ORDINALITY AS u(t, o)
-                WHERE t > clock - p_expire ORDER BY o);
-    dn := ARRAY(SELECT t FROM unnest(string_to_array(NULLIF(b.done, ''), ',')::bigint[]) WITH ORDINALITY AS u(t, o)
-                WHERE t > clock - p_period ORDER BY o);
-    moved := LEAST(p_report, cardinality(fl));
-    IF clock - p_ended > clock - p_period THEN
-        dn := dn || array_fill(clock - p_ended, ARRAY[moved]);
+    SELECT COALESCE(sum(split_part(x, '*', 2)::integer), 0)::integer INTO left_over
+    FROM unnest(string_to_array(NULLIF(b.flying, ''), ',')) AS x WHERE split_part(x, '*', 1)::bigint > clock - p_expire;
+    left_over := LEAST(p_report, left_over);
+    IF left_over > 0 AND clock - p_ended > clock - p_period THEN
+        added := ARRAY[(clock - p_ended)::text || '*' || left_over::text];
     END IF;
-    fl := fl[moved + 1:cardinality(fl)];
+    FOR e IN SELECT split_part(x, '*', 1)::bigint AS t, split_part(x, '*', 2)::integer AS n
+             FROM unnest(string_to_array(NULLIF(b.flying, ''), ',')) WITH ORDINALITY AS u(x, o) ORDER BY o LOOP
+        CONTINUE WHEN e.t <= clock - p_expire;
+        IF left_over >= e.n THEN
+            left_over := left_over - e.n;
+        ELSE
+            fl := fl || (e.t::text || '*' || (e.n - left_over)::text);
+            used := used + e.n - left_over;
+            left_over := 0;
+        END IF;
+    END LOOP;
+    FOR e IN SELECT split_part(x, '*', 1)::bigint AS t, split_part(x, '*', 2)::integer AS n
+             FROM unnest(string_to_array(NULLIF(b.done, ''), ',')) WITH ORDINALITY AS u(x, o) ORDER BY o LOOP
+        CONTINUE WHEN e.t <= clock - p_period;
+        dn := dn || (e.t::text || '*' || e.n::text);
+    END LOOP;
+    dn := dn || added;
+    SELECT COALESCE(sum(split_part(x, '*', 2)::integer), 0)::integer + used INTO used FROM unnest(dn) AS x;
     v_tokens := LEAST(p_burst::double precision, b.tokens - LEAST(b.wanted, floor(b.tokens + 1e-9)::integer)
         + (CASE WHEN p_now > b.updated THEN (p_now - b.updated) * p_rate / 1000000.0 ELSE 0.0 END));
-    v_wanted := LEAST(p_want, p_burst, GREATEST(0, p_cap - cardinality(fl) - cardinality(dn)));
+    v_wanted := LEAST(p_want, p_burst, GREATEST(0, p_cap - used));
     taken := LEAST(v_wanted, floor(v_tokens + 1e-9)::integer);
-    fl := fl || array_fill(clock, ARRAY[taken]);
+    IF taken > 0 THEN
+        fl := fl || (clock::text || '*' || taken::text);
+    END IF;
     UPDATE mailqueue_bucket SET tokens = v_tokens, wanted = v_wanted,
         updated = GREATEST(b.updated, p_now), rate = p_rate, burst = p_burst,
         flying = array_to_string(fl, ','), done = array_to_string(dn, ',')

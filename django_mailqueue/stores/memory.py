@@ -28,7 +28,7 @@ from ..core.items import (
     matches,
     sent_again,
 )
-from ..core.shaping import Suspension, Window, forgotten, next_suspension, take_from_bucket, window_take
+from ..core.shaping import Suspension, Times, Window, forgotten, next_suspension, take_from_bucket, window_take
 from .base import OVERVIEW_QUEUES, QueueStore
 from .inputs import (
     check_aware,
@@ -63,7 +63,7 @@ class MemoryStore(QueueStore):
         self._generation = 0
         #: token buckets: key -> (tokens, when last taken, in microseconds)
         self._buckets: dict[str, tuple[float, int]] = {}
-        self._windows: dict[str, tuple[list[int], list[int]]] = {}
+        self._windows: dict[str, tuple[Times, Times]] = {}
         self._suspensions: dict[str, Suspension] = {}
         #: probes: destination -> (until, holder)
         self._probes: dict[str, tuple[datetime, str]] = {}
@@ -237,7 +237,7 @@ class MemoryStore(QueueStore):
             )
             self._buckets[key] = (left, updated)
             if window is not None:
-                self._windows[key] = (flying + [clock] * taken, finished)
+                self._windows[key] = (flying + [(clock, taken)] if taken else flying, finished)
             return taken
 
     def suspend(self, destination: str, *, until: datetime, reply: Reply, now: datetime) -> Suspension:

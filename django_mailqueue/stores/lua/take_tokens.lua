@@ -1,7 +1,7 @@
 -- take_tokens.lua: take up to `want` whole tokens from a token bucket, for every worker of the store.
 --
 -- KEYS[1]  <prefix>bucket:<key>   hash: left (tokens after the last take), updated (µs); with a window also
---                                 flying, done (µs on the server's clock, comma-separated; flying ascending)
+--                                 flying, done: "time*tokens" entries (µs on the server's clock), comma-separated
 -- ARGV[1]  rate, tokens a second
 -- ARGV[2]  burst, the most the bucket holds
 -- ARGV[3]  want
@@ -20,33 +20,43 @@ if ARGV[5] then
   local ended = tonumber(ARGV[9])
   local time = redis.call('TIME')
   clock = tonumber(time[1]) * 1000000 + tonumber(time[2])
-  for t in string.gmatch(held[3] or '', '%d+') do
-    t = tonumber(t)
+  local count = 0
+  for t, n in string.gmatch(held[3] or '', '(%d+)%*(%d+)') do
+    t, n = tonumber(t), tonumber(n)
     if t > clock - expire then
-      flying[#flying + 1] = t
+      flying[#flying + 1] = {t, n}
+      count = count + n
     end
   end
-  for t in string.gmatch(held[4] or '', '%d+') do
-    t = tonumber(t)
-    if t > clock - period then
-      done[#done + 1] = t
+  local moved = math.min(report, count)
+  local left, kept = moved, {}
+  for _, entry in ipairs(flying) do
+    if left >= entry[2] then
+      left = left - entry[2]
+    else
+      kept[#kept + 1] = {entry[1], entry[2] - left}
+      left = 0
     end
-  end
-  local moved = math.min(report, #flying)
-  if clock - ended <= clock - period then
-    ended = -1
-  end
-  local kept = {}
-  for i = moved + 1, #flying do
-    kept[#kept + 1] = flying[i]
   end
   flying = kept
-  if ended >= 0 then
-    for _ = 1, moved do
-      done[#done + 1] = clock - ended
+  local dated = clock - ended
+  for t, n in string.gmatch(held[4] or '', '(%d+)%*(%d+)') do
+    t, n = tonumber(t), tonumber(n)
+    if t > clock - period then
+      done[#done + 1] = {t, n}
     end
   end
-  want = math.min(want, math.max(0, cap - #flying - #done))
+  if moved > 0 and dated > clock - period then
+    done[#done + 1] = {dated, moved}
+  end
+  local used = 0
+  for _, entry in ipairs(flying) do
+    used = used + entry[2]
+  end
+  for _, entry in ipairs(done) do
+    used = used + entry[2]
+  end
+  want = math.min(want, math.max(0, cap - used))
 end
 local tokens, updated
 if not held[2] then
@@ -64,13 +74,13 @@ end
 local taken = math.min(want, math.floor(tokens + 1e-9))
 redis.call('HSET', KEYS[1], 'left', string.format('%.17g', tokens - taken), 'updated', string.format('%d', updated))
 if ARGV[5] then
-  for _ = 1, taken do
-    flying[#flying + 1] = clock
+  if taken > 0 then
+    flying[#flying + 1] = {clock, taken}
   end
   local function join(list)
     local parts = {}
-    for i, t in ipairs(list) do
-      parts[i] = string.format('%d', t)
+    for i, entry in ipairs(list) do
+      parts[i] = string.format('%d*%d', entry[1], entry[2])
     end
     return table.concat(parts, ',')
   end

@@ -211,7 +211,7 @@ class PortableDialect(Dialect):
                 tokens=tokens,
                 wanted=wanted,
                 updated=updated,
-                flying=window_text(kept + [clock] * taken),
+                flying=window_text(kept + [(clock, taken)] if taken else kept),
                 done=window_text(dated),
             )
         return taken
