@@ -4,7 +4,7 @@ Each take carries the rate's window (`Rate.window`): the store grants a token on
 those reported done within the last period leave room under the window's cap, so the server never sees more than
 the cap in a period however late a worker's message reaches it. A message's token is reported done when its SMTP
 transaction ends (`done`), on the next take of that key, or after `REPORT_AFTER` of a period alone when no take
-comes, with how long before the report the last of them ended (docs/shaping.md, "The window").
+comes while the rate binds, with how long before the report the last of them ended (docs/shaping.md, "The window").
 """
 
 from __future__ import annotations
@@ -60,6 +60,8 @@ class Tokens:
         self._reports: dict[str, asyncio.TimerHandle] = {}
         #: loop time before which a bucket is not asked again (it was empty)
         self._empty_until: dict[str, float] = {}
+        #: keys whose last take got fewer than it asked for: only their tokens done are reported alone
+        self._short: set[str] = set()
 
     def ask(self, policy: DestinationPolicy) -> None:
         """Ask the store for the next few tokens, in the background (one request per bucket at a time)."""
@@ -112,6 +114,8 @@ class Tokens:
         self.stock[key] += got
         if got < wanted:
             self._empty_until[key] = asked + next_ask(rate.per_second * RATE_TARGET)
+        if want is None:
+            (self._short.add if got < wanted else self._short.discard)(key)
         self.wake()
 
     async def token(self, policy: DestinationPolicy) -> None:
@@ -130,11 +134,12 @@ class Tokens:
 
     def done(self, policy: DestinationPolicy, rate: Rate) -> None:
         """A token's message is over at the server (accepted, refused, or its session broken): reported with the
-        next take of its key, or alone `REPORT_AFTER` of a period from now."""
+        next take of its key, or alone `REPORT_AFTER` of a period from now while the key's takes come back short
+        (a rate that does not bind costs no report of its own)."""
         key = policy.key
         self.unreported[key] += 1
         self._ended[key] = asyncio.get_running_loop().time()
-        if key not in self._reports:
+        if key in self._short and key not in self._reports:
             loop = asyncio.get_running_loop()
             self._reports[key] = loop.call_later(rate.period * REPORT_AFTER, self._report, policy, rate)
 
