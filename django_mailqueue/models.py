@@ -143,8 +143,8 @@ class RateBucket(models.Model):
     updated = models.BigIntegerField()
     #: the window (`core.shaping.Window`): grant times of the tokens in flight and times of those reported done,
     #: microseconds on the store's clock, comma-separated, ascending
-    flying = models.TextField(blank=True, default="", db_default="")
-    done = models.TextField(blank=True, default="", db_default="")
+    flying = models.TextField(blank=True, default="")
+    done = models.TextField(blank=True, default="")
 
     class Meta:
         db_table = "mailqueue_bucket"

@@ -96,12 +96,12 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name="ratebucket",
             name="flying",
-            field=models.TextField(blank=True, default="", db_default=""),
+            field=models.TextField(blank=True, default=""),
         ),
         migrations.AddField(
             model_name="ratebucket",
             name="done",
-            field=models.TextField(blank=True, default="", db_default=""),
+            field=models.TextField(blank=True, default=""),
         ),
         migrations.RunPython(create, drop, elidable=False),
     ]

@@ -11,8 +11,8 @@
 WITH async AS (
     SELECT set_config('synchronous_commit', COALESCE(%b::text, current_setting('synchronous_commit')), true)
 )
-INSERT INTO {buckets} AS b (name, rate, burst, tokens, wanted, updated)
-SELECT %b::text, %b::double precision, %b::integer, %b::double precision, %b::integer, %b::bigint FROM async
+INSERT INTO {buckets} AS b (name, rate, burst, tokens, wanted, updated, flying, done)
+SELECT %b::text, %b::double precision, %b::integer, %b::double precision, %b::integer, %b::bigint, '', '' FROM async
 ON CONFLICT (name) DO UPDATE SET
     tokens = LEAST(EXCLUDED.burst,
         b.tokens - LEAST(b.wanted, floor(b.tokens + 1e-9)::integer)

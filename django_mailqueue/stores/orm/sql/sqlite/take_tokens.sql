@@ -3,7 +3,7 @@
 -- take wanted: it got min(wanted, whole tokens), which RETURNING computes on the row as written.
 -- A new bucket is full. On a conflict SET sees the old row. 1e-9: core/shaping.TOKEN_SLACK.
 -- Parameters: name, rate, burst, tokens (= burst), wanted (= min(want, burst)), now (microseconds).
-INSERT INTO {buckets} (name, rate, burst, tokens, wanted, updated) VALUES (%s, %s, %s, %s, %s, %s)
+INSERT INTO {buckets} (name, rate, burst, tokens, wanted, updated, flying, done) VALUES (%s, %s, %s, %s, %s, %s, '', '')
 ON CONFLICT (name) DO UPDATE SET
     tokens = min(excluded.burst,
         {buckets}.tokens - min({buckets}.wanted, CAST({buckets}.tokens + 1e-9 AS INTEGER))
