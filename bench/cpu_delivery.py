@@ -104,7 +104,13 @@ def run_one(
         env = ctx.env(cfg, db, **measure_delivery.dkim_env(ctx, measure), **shaped)
         postgres = cfg.store == "orm" and db.kind == "postgres"
         before_xacts = transactions(ctx, db.name) if postgres else 0
+        server_before = redis_server_use(ctx, cfg)
         group = procs.measure([cmd], env=env, logdir=LOGS, name=f"cpu-{cfg.key}-{mode}")
+        server_after = redis_server_use(ctx, cfg)
+        if server_before is not None and server_after is not None and n:
+            cpu_us = 1e6 * (server_after[0] - server_before[0]) / n
+            calls = (server_after[1] - server_before[1]) / n
+            print(f"    {cfg.key} {mode}: Redis server {cpu_us:.1f} µs CPU, {calls:.2f} commands a message", flush=True)
         if postgres and n:
             time.sleep(0.6)  # the backend's statistics are sent at its exit, within PGSTAT_MIN_INTERVAL
             print(f"    {cfg.key} {mode}: {(transactions(ctx, db.name) - before_xacts) / n:.4f} transactions a message")
@@ -127,6 +133,23 @@ def run_one(
     if not n:
         return group.results[0].cpu, group.wall
     return 1000 * group.results[0].cpu / n, n / group.wall
+
+
+def redis_server_use(ctx: Context, cfg: Config) -> tuple[float, int] | None:
+    """The private redis-server's CPU seconds (user + system) and commands run so far (`INFO`); None off Redis.
+    The INFO calls themselves are a few of the commands."""
+    if cfg.store != "redis":
+        return None
+    import redis
+
+    client = redis.Redis.from_url(ctx.servers.redis.url)
+    try:
+        cpu = client.info("cpu")
+        stats = client.info("commandstats")
+    finally:
+        client.close()
+    used = float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
+    return used, sum(int(entry["calls"]) for entry in stats.values())
 
 
 def instructions(out: Path) -> int:

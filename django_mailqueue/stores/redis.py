@@ -319,19 +319,14 @@ class RedisStore(RedisClaiming, RedisMessages, RedisReading, RedisSuppressionLis
             raise _lease_lost(item_id, owner)
         return before, self._shapes.note(item_id, found)
 
-    def _complete_call(
-        self,
-        request: CompleteRequest,
-        before: QueueItem,
-        shape: tuple[str, str, str],
-        bound: int | str | None,
-    ) -> tuple[QueueItem, scripts.Call]:
-        """The item after the completion and the script's keys and arguments."""
+    def _complete_item(
+        self, request: CompleteRequest, before: QueueItem, shape: tuple[str, str, str]
+    ) -> tuple[QueueItem, builtins.list[str], builtins.list[scripts.Arg]]:
+        """The item after the completion, and its keys and values in complete.lua's call."""
         item_id, completion = request.item_id, request.completion
         after = apply_completion(before, completion)
-        keys = self._complete_keys() + self._quota_key(bound)
-        keys += self.keys.of_item(item_id, shape)
-        args: builtins.list[scripts.Arg] = [self.keys.prefix, str(item_id), request.owner, str(request.revision)]
+        keys = self.keys.of_item(item_id, shape)
+        args: builtins.list[scripts.Arg] = [str(item_id), request.owner, str(request.revision)]
         failed_at = ""
         if after.done and not after.kept:
             args += ["drop", "", "", "", ""]
@@ -345,7 +340,7 @@ class RedisStore(RedisClaiming, RedisMessages, RedisReading, RedisSuppressionLis
                 "1" if after.delay_warned else "0",
             ]
             failed_at = str(to_micros(after.failed_at)) if after.failed_at is not None else ""
-        args += ["" if bound is None else str(bound), failed_at, str(len(completion.dsns))]
+        args += [failed_at, str(len(completion.dsns))]
         if completion.dsns:
             assert completion.now is not None  # check_completion
             now_us = to_micros(completion.now)
@@ -355,7 +350,18 @@ class RedisStore(RedisClaiming, RedisMessages, RedisReading, RedisSuppressionLis
                 args += item_args(dsn, added, now_us, dsn_shape)
                 keys += self.keys.of_item(dsn.id, dsn_shape)
         args += suppression_args(completion.suppress)
-        return after, (builtins.list(dict.fromkeys(keys)), args)
+        return after, keys, args
+
+    def _complete_call(
+        self, items: Sequence[tuple[builtins.list[str], builtins.list[scripts.Arg]]], bound: int | str | None
+    ) -> scripts.Call:
+        """complete.lua's keys and arguments for the items' keys and values (`_complete_item`)."""
+        keys = self._complete_keys() + self._quota_key(bound)
+        args: builtins.list[scripts.Arg] = [self.keys.prefix, "" if bound is None else str(bound), str(len(items))]
+        for item_keys, item_values in items:
+            keys += item_keys
+            args += item_values
+        return builtins.list(dict.fromkeys(keys)), args
 
     def _completed(self, item_id: uuid.UUID, owner: str, after: QueueItem, reply: Any) -> QueueItem | None:
         if reply == -1:
@@ -406,8 +412,10 @@ class RedisStore(RedisClaiming, RedisMessages, RedisReading, RedisSuppressionLis
             )
             if known is None:
                 return None
-        after, (keys, args) = self._complete_call(CompleteRequest(item_id, owner, revision, completion), *known, bound)
-        reply = self._do(lambda client: scripts.COMPLETE.run(client, keys, args, self.wait))
+        request = CompleteRequest(item_id, owner, revision, completion)
+        after, item_keys, item_values = self._complete_item(request, *known)
+        keys, args = self._complete_call([(item_keys, item_values)], bound)
+        (reply,) = self._do(lambda client: scripts.COMPLETE.run(client, keys, args, self.wait))
         return self._completed(item_id, owner, after, reply)
 
     async def acomplete(
@@ -429,8 +437,8 @@ class RedisStore(RedisClaiming, RedisMessages, RedisReading, RedisSuppressionLis
     async def _acomplete_many(
         self, requests: Sequence[CompleteRequest], bound: int | str | None
     ) -> builtins.list[QueueItem | None | QueueError]:
-        """One round trip for the whole batch, each item's COMPLETE script (atomic on its own, as `complete`)
-        in one pipeline, each retried on its own; the items this store did not claim read first, in one more."""
+        """One round trip for the whole batch: one complete.lua call for all its items (each atomic on its own, as
+        `complete`), retried as one; the items this store did not claim read first, in one more."""
         for request in requests:
             check_owner(request.owner)
             check_completion(request.completion)
@@ -453,20 +461,24 @@ class RedisStore(RedisClaiming, RedisMessages, RedisReading, RedisSuppressionLis
                     befores[index] = self._read_before(request.item_id, request.owner, request.revision, raw)
                 except QueueError as exc:
                     answers[index] = exc
-        calls: builtins.list[tuple[int, QueueItem, scripts.Call]] = []
+        done: builtins.list[tuple[int, QueueItem]] = []
+        parts: builtins.list[tuple[builtins.list[str], builtins.list[scripts.Arg]]] = []
         for index, (request, known) in enumerate(zip(requests, befores, strict=True)):
             if known is not None and answers[index] is None:
-                after, call = self._complete_call(request, *known, bound)
-                calls.append((index, after, call))
-        if not calls:
+                after, item_keys, item_values = self._complete_item(request, *known)
+                done.append((index, after))
+                parts.append((item_keys, item_values))
+        if not parts:
             return answers
+        call = self._complete_call(parts, bound)
 
-        async def write(client: AsyncClient[bytes]) -> builtins.list[Any]:
-            return await scripts.arun_many(client, scripts.COMPLETE, [c for _, _, c in calls], self.wait)
+        async def write(client: AsyncClient[bytes]) -> Any:
+            return (await scripts.arun_many(client, scripts.COMPLETE, [call], self.wait))[0]
 
-        for (index, after, _), reply in zip(calls, await self._ado(write), strict=True):
-            if isinstance(reply, Exception):
-                raise self._clients.translate(reply)
+        replies = await self._ado(write)
+        if isinstance(replies, Exception):
+            raise self._clients.translate(replies)
+        for (index, after), reply in zip(done, replies, strict=True):
             request = requests[index]
             try:
                 answers[index] = self._completed(request.item_id, request.owner, after, reply)

@@ -178,7 +178,9 @@ ADD = LuaScript("add", uses=["keys", "replay", "store_items", "quota"], wrote=_f
 CLAIM = LuaScript("claim", uses=["keys", "replay"], wrote=lambda reply: len(reply) > 1)
 RENEW = LuaScript("renew")
 COMPLETE = LuaScript(
-    "complete", uses=["keys", "replay", "store_items", "store_suppressions", "quota"], wrote=lambda reply: reply == 1
+    "complete",
+    uses=["keys", "replay", "store_items", "store_suppressions", "quota"],
+    wrote=lambda reply: any(answer == 1 for answer in reply),
 )
 QUOTA_TAKE = LuaScript("quota_take", uses=["quota"], wrote=lambda reply: int(reply[0]) > 0)
 QUOTA_GIVE = LuaScript("quota_give", uses=["quota"], wrote=lambda reply: reply == 1)

@@ -131,10 +131,11 @@ def test_the_revision_check_alone_never_records_twice(redis_url: str, prefix: st
     (item,) = store.claim(owner="w", now=T0, lease_expires=at(60))
     before = store._read_before(item.id, "w", item.revision, store._do(lambda c: c.hgetall(store.keys.item(item.id))))
     assert before is not None
-    keys, args = store._complete_call(CompleteRequest(item.id, "w", item.revision, LATER_ON), *before, None)[1]
+    _, item_keys, item_values = store._complete_item(CompleteRequest(item.id, "w", item.revision, LATER_ON), *before)
+    keys, args = store._complete_call([(item_keys, item_values)], None)
     assert not [key for key in keys if ":replay:" in key]  # no marker
-    assert store._do(lambda c: scripts.COMPLETE.run(c, keys, args)) == 1
-    assert store._do(lambda c: scripts.COMPLETE.run(c, keys, args)) == 0
+    assert store._do(lambda c: scripts.COMPLETE.run(c, keys, args)) == [1]
+    assert store._do(lambda c: scripts.COMPLETE.run(c, keys, args)) == [0]
     stored = store.get(item.id)
     assert stored is not None and stored.revision == item.revision + 1 and stored.attempts == 1
     store.close()

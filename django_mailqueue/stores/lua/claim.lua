@@ -77,13 +77,13 @@ for _ = 1, tonumber(ARGV[7]) do
     local id = string.sub(member, 18)
     -- Still in its ready set, due, as the item says: a ready item has no owner and is not kept failed, and its
     -- score is its next attempt (one HMGET, what the one-script claim's EXISTS cost).
-    local f = redis.call('HMGET', key('item:' .. id), 'member', 'next', 'owner', 'failed')
+    local f = redis.call('HMGET', key('item:' .. id), 'member', 'next', 'owner', 'failed', 'rev')
     if not f[1] then
       drop(member, ready_key)
     elseif f[1] ~= member or f[3] or f[4] or tonumber(f[2]) > now_n then
       skipped = skipped + 1
     else
-      table.insert(list, {member = member, id = id, due = tonumber(f[2]),
+      table.insert(list, {member = member, id = id, due = tonumber(f[2]), next = f[2], rev = tonumber(f[5]),
                           seq = tonumber(string.sub(member, 1, 16)), key = ready_key})
     end
   end
@@ -97,7 +97,7 @@ for i = at + 1, at + tonumber(ARGV[at]) do
   local member = ARGV[i]
   local id = string.sub(member, 18)
   -- Still leased and claimable by now: its score in `leases` is the later of its expiry and its next attempt.
-  local f = redis.call('HMGET', key('item:' .. id), 'queue', 'next', 'member', 'owner', 'expires')
+  local f = redis.call('HMGET', key('item:' .. id), 'queue', 'next', 'member', 'owner', 'expires', 'rev', 'reclaims')
   if not f[1] then
     drop(member, nil)
   elseif f[3] ~= member or not f[4] or tonumber(f[5]) > now_n or tonumber(f[2]) > now_n then
@@ -108,47 +108,30 @@ for i = at + 1, at + tonumber(ARGV[at]) do
       list = {}
       expired[f[1]] = list
     end
-    table.insert(list, {member = member, id = id, due = tonumber(f[2]),
-                        seq = tonumber(string.sub(member, 1, 16)), leased = true})
+    table.insert(list, {member = member, id = id, due = tonumber(f[2]), next = f[2], rev = tonumber(f[6]),
+                        reclaims = tonumber(f[7] or '0'), seq = tonumber(string.sub(member, 1, 16)), leased = true})
   end
 end
 
-local function take(list, want, out)
+-- The candidates chosen, in claim order; written together below.
+local chosen = {}
+local function take(list, want)
   table.sort(list, earlier)
   for i = 1, math.min(want, #list) do
-    local c = list[i]
-    local item = key('item:' .. c.id)
-    -- A ZREM first: under maxmemory Redis refuses a script at a first write that
-    -- may add memory, and a claim should still run to drain a full queue.
-    if c.leased then
-      redis.call('ZREM', leases_key, c.member)
-      redis.call('HINCRBY', item, 'reclaims', 1)
-    else
-      redis.call('ZREM', c.key, c.member)
-    end
-    redis.call('HSET', item, 'owner', owner, 'expires', expires)
-    redis.call('HINCRBY', item, 'rev', 1)
-    local score = expires
-    if c.due > expires_n then
-      score = redis.call('HGET', item, 'next')
-    end
-    redis.call('ZADD', leases_key, score, c.member)
-    table.insert(out, redis.call('HGETALL', item))
-    table.insert(claimed, c.id)
+    chosen[#chosen + 1] = list[i]
   end
 end
 
-local out = {0}
 if ARGV[6] == 'lanes' then
   for _, lane in ipairs(lanes) do
-    local want = limit - (#out - 1)
+    local want = limit - #chosen
     if want <= 0 then
       break
     end
     for _, c in ipairs(expired[lane.queue] or {}) do
       table.insert(lane.list, c)
     end
-    take(lane.list, want, out)
+    take(lane.list, want)
   end
 else
   local list = {}
@@ -165,9 +148,48 @@ else
       table.insert(list, c)
     end
   end
-  take(list, limit, out)
+  take(list, limit)
 end
-out[1] = skipped
+
+-- The chosen leave their ready sets (an expired lease `leases`) in one ZREM a key and enter `leases` in one ZADD
+-- (docs/performance.md, helper `rdeliver`). The ZREMs first: under maxmemory Redis refuses a script at a first
+-- write that may add memory, and a claim should still run to drain a full queue.
+local leaving, entering, n_entering = {}, {}, 0
+for _, c in ipairs(chosen) do
+  local from = c.key or leases_key
+  local members = leaving[from]
+  if not members then
+    members = {}
+    leaving[from] = members
+  end
+  members[#members + 1] = c.member
+  -- scored by the later of the lease's expiry and the next attempt
+  entering[n_entering + 1] = c.due > expires_n and c.next or expires
+  entering[n_entering + 2] = c.member
+  n_entering = n_entering + 2
+end
+-- at most 1,000 members a command (Lua's `unpack` takes fewer than 8,000 values)
+local function send(command, name, values, n)
+  for start = 1, n, 1000 do
+    redis.call(command, name, unpack(values, start, math.min(start + 999, n)))
+  end
+end
+for from, members in pairs(leaving) do
+  send('ZREM', from, members, #members)
+end
+local out = {skipped}
+for _, c in ipairs(chosen) do
+  local item = key('item:' .. c.id)
+  -- owner and expiry set, `rev` bumped (and `reclaims` for an expired lease), as read just above
+  if c.leased then
+    redis.call('HSET', item, 'owner', owner, 'expires', expires, 'rev', c.rev + 1, 'reclaims', c.reclaims + 1)
+  else
+    redis.call('HSET', item, 'owner', owner, 'expires', expires, 'rev', c.rev + 1)
+  end
+  out[#out + 1] = redis.call('HGETALL', item)
+  claimed[#claimed + 1] = c.id
+end
+send('ZADD', leases_key, entering, n_entering)
 if #claimed > 0 then
   mark(marker, table.concat(claimed, ' '))
 end
