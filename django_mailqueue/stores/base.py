@@ -1,4 +1,7 @@
-"""The store contract: `QueueStore`, the abstract class every store implements."""
+"""The store contract: `QueueStore`, the abstract class every store implements.
+
+Its traffic-shaping and suppression-list parts are abstract classes of their own, `QueueStore`'s bases:
+`base_shaping.ShapingContract` and `base_suppression.SuppressionContract`."""
 
 from __future__ import annotations
 
@@ -27,6 +30,8 @@ from ..core.items import (
 )
 from ..core.shaping import Suspension, Window
 from ..core.status import QueueSummary
+from .base_shaping import ShapingContract
+from .base_suppression import SuppressionContract
 
 # The input checks a store runs (`inputs`), importable from here as the store contract has long named them.
 from .inputs import (
@@ -51,6 +56,8 @@ __all__ = [
     "OVERVIEW_QUEUES",
     "READ_CHUNK",
     "QueueStore",
+    "ShapingContract",
+    "SuppressionContract",
     "check_address",
     "check_aware",
     "check_completion",
@@ -75,7 +82,7 @@ OVERVIEW_DOMAIN_SAMPLE = 1_000
 READ_CHUNK = 1024 * 1024
 
 
-class QueueStore(abc.ABC):
+class QueueStore(ShapingContract, SuppressionContract):
     """Where items wait: added by the backend, claimed and completed by workers.
 
     Promises every store keeps (the contract suite in `django_mailqueue.testing`
@@ -280,76 +287,6 @@ class QueueStore(abc.ABC):
         """
         return [self.cancel(item_id) for item_id in item_ids]
 
-    # --- traffic shaping: rates shared by every worker, suspended destinations ---------
-
-    @abc.abstractmethod
-    def take_tokens(
-        self,
-        key: str,
-        *,
-        rate: float,
-        burst: int,
-        want: int,
-        now: datetime,
-        window: Window | None = None,
-        done: int = 0,
-        ended: float = 0.0,
-    ) -> int:
-        """Take up to `want` whole tokens from the bucket `key`; how many were taken (0 when it is empty).
-
-        The bucket refills `rate` tokens a second up to `burst` and starts full; it is shared by every
-        worker of the store, and a take is atomic: takers together never get more than the bucket
-        allows (`core.shaping.take_from_bucket` is the rule). A `now` behind the bucket's last take
-        refills nothing. With a `window`, the take first reports `done` tokens of the key's over, the last
-        of them `ended` seconds before the call, then gets no more than the window's room, counted on the
-        store's own clock (`core.shaping.window_take` is the rule; `want` 0 only reports). Raises `INVALID`
-        for a bad key or figures.
-        """
-
-    @abc.abstractmethod
-    def suspend(self, destination: str, *, until: datetime, reply: Reply, now: datetime) -> Suspension:
-        """Record that no worker opens a new connection to `destination` before `until`; the record kept.
-
-        Atomic (`core.shaping.next_suspension` is the rule): with a record (even one whose `until` has
-        passed, until it is forgotten), `strikes` is its strikes + 1 — its strikes unchanged while it is in
-        force (`until > now`: the same episode) — `until` the later of the two and `since` kept; else
-        `strikes` is 1 and `since` is `now`. The reply is the one given.
-        """
-
-    @abc.abstractmethod
-    def suspensions(self, *, now: datetime, destinations: Sequence[str] | None = None) -> builtins.list[Suspension]:
-        """The suspensions in force at `now` (`until > now`), of every destination or only of `destinations`,
-        by destination; one round trip."""
-
-    @abc.abstractmethod
-    def clear_suspension(self, destination: str) -> bool:
-        """Forget `destination`'s record (a success, or an operator's "resume now"); True when there was one.
-        Its next suspension has 1 strike."""
-
-    @abc.abstractmethod
-    def take_probe(
-        self, destination: str, *, holder: str, until: datetime, now: datetime
-    ) -> Suspension | datetime | None:
-        """Take `destination`'s probe for `holder` until `until` — the right to open the one connection to a
-        destination not yet found healthy (docs/shaping.md, "Slow start") — unless a suspension or another
-        holder's probe is in force at `now`. None when taken (or renewed: `holder` held it); else the
-        suspension in force, or the end of the probe in force. Atomic: of concurrent takers one gets it.
-        A `suspend` of the destination ends its probe in the same write."""
-
-    @abc.abstractmethod
-    def end_probe(self, destination: str, *, holder: str) -> bool:
-        """End `holder`'s probe of `destination` (its server greeted: everybody may connect); True when
-        `holder` held it — False when it had ended (expired, taken since by another, or a suspension)."""
-
-    @abc.abstractmethod
-    def defer_destination(self, domains: Sequence[str], *, until: datetime, now: datetime) -> int:
-        """Move every item not leased at `now`, whose pending recipients are all at `domains` and whose next
-        attempt is before `until`, to `next_attempt = until`; how many moved.
-
-        No attempt is counted, the recipients' replies are kept, the revision is bumped. The store's work is
-        in proportion to the items at those domains (its recipient-domain index), not to the queue.
-        """
-
     # --- reading ---------------------------------------------------------------
 
     @abc.abstractmethod
@@ -471,41 +408,6 @@ class QueueStore(abc.ABC):
     async def asummary(self, *, now: datetime) -> QueueSummary:
         return await self._in_thread(self.summary, now=now)
 
-    # --- the suppression list ------------------------------------------------------
-    # Keyed by `Suppression.address` as the caller gives it (`suppression.suppression_key`). An entry
-    # applies while its `since` is at or after the cut-off the caller gives (now - SUPPRESSION["DAYS"]).
-
-    @abc.abstractmethod
-    def suppressed(self, addresses: Sequence[str], *, since: datetime) -> dict[str, Suppression]:
-        """The entries of `addresses` put on the list at or after `since`, by address: one round trip for
-        them all (the worker asks once per claimed batch)."""
-
-    @abc.abstractmethod
-    def list_suppressed(
-        self, *, since: datetime, search: str | None = None, offset: int = 0, limit: int = 100
-    ) -> builtins.list[Suppression]:
-        """A page of the entries put on the list at or after `since`, the newest first, then by address;
-        `search`: a case-insensitive part of the address."""
-
-    @abc.abstractmethod
-    def count_suppressed(self, *, since: datetime, search: str | None = None) -> int:
-        """How many entries `list_suppressed` pages through."""
-
-    @abc.abstractmethod
-    def suppress(self, entries: Sequence[Suppression]) -> None:
-        """Put the entries on the list, in one step; an address listed already is replaced."""
-
-    @abc.abstractmethod
-    def unsuppress(self, addresses: Sequence[str]) -> int:
-        """Take the addresses off the list, in one step; how many were on it."""
-
-    @abc.abstractmethod
-    def prune_suppressed(self, *, before: datetime) -> int:
-        """Drop the entries put on the list before `before`; how many."""
-
-    async def asuppressed(self, addresses: Sequence[str], *, since: datetime) -> dict[str, Suppression]:
-        return await self._in_thread(self.suppressed, addresses, since=since)
-
     def close(self) -> None:  # noqa: B027 - optional hook
         """Let go of connections the store opened itself; closing twice is fine."""
 
@@ -597,6 +499,9 @@ class QueueStore(abc.ABC):
 
     async def adefer_destination(self, domains: Sequence[str], *, until: datetime, now: datetime) -> int:
         return await self._in_thread(self.defer_destination, domains, until=until, now=now)
+
+    async def asuppressed(self, addresses: Sequence[str], *, since: datetime) -> dict[str, Suppression]:
+        return await self._in_thread(self.suppressed, addresses, since=since)
 
     async def aget(self, item_id: uuid.UUID) -> QueueItem | None:
         return await self._in_thread(self.get, item_id)
