@@ -51,7 +51,12 @@ from .inputs import (
 
 _T = TypeVar("_T")
 
+#: What `complete_many(…, also=)` runs in the completions' own transaction, given their answers in order: the
+#: worker's history rows (only on a store that `completes_with_history`).
+AlsoWrite = Callable[[Sequence[QueueItem | None | QueueError]], object]
+
 __all__ = [
+    "AlsoWrite",
     "OVERVIEW_DOMAIN_SAMPLE",
     "OVERVIEW_QUEUES",
     "READ_CHUNK",
@@ -147,6 +152,14 @@ class QueueStore(ShapingContract, SuppressionContract):
     supports_transactional_add: bool = False
     """True when an add inside `transaction.atomic()` is undone by its rollback."""
 
+    def completes_with_history(self, alias: str) -> bool:
+        """True when `complete_many(requests, also=write)` runs `write(answers)` — the worker's history rows for
+        the Django database `alias` — in the completions' own transaction, whatever each answer: rows and
+        outcomes commit together or not at all (`OrmStore`, for its own database). False (the default): the
+        store takes no `also`, and the worker writes the rows first, committed (docs/stores.md, "History in the
+        completion's transaction"). A subclass overriding `complete_many` without `also` answers False."""
+        return False
+
     def __init__(self, options: Mapping[str, Any] | None = None, *, max_items: int | None = None) -> None:
         problems = self.check_options(options or {})
         if problems:
@@ -220,14 +233,17 @@ class QueueStore(ShapingContract, SuppressionContract):
         past `max_items`.
         """
 
-    def complete_many(self, requests: Sequence[CompleteRequest]) -> builtins.list[QueueItem | None | QueueError]:
+    def complete_many(
+        self, requests: Sequence[CompleteRequest], *, also: AlsoWrite | None = None
+    ) -> builtins.list[QueueItem | None | QueueError]:
         """`complete` for several items at once: one answer per request, in order.
 
         Each answer is what `complete` would return for that request, or the
         `QueueError` it would raise (`LEASE_LOST`, `INVALID`, `FULL`); a store may
         record them in one transaction or round trip. The default calls
-        `complete` for each.
+        `complete` for each. `also`: only where `completes_with_history`, else TypeError.
         """
+        self._refuse_also(also)
         answers: builtins.list[QueueItem | None | QueueError] = []
         for request in requests:
             try:
@@ -241,6 +257,11 @@ class QueueStore(ShapingContract, SuppressionContract):
                     raise
                 answers.append(exc)
         return answers
+
+    def _refuse_also(self, also: AlsoWrite | None) -> None:
+        """TypeError for an `also` given to a store whose completions take none (`completes_with_history`)."""
+        if also is not None:
+            raise TypeError(f"{type(self).__name__}.complete_many takes no `also`: see completes_with_history()")
 
     def read_messages(self, item_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, bytes]:
         """The messages of several items, by id; an item gone or whose message is lost is left out.
@@ -506,8 +527,12 @@ class QueueStore(ShapingContract, SuppressionContract):
     async def aget(self, item_id: uuid.UUID) -> QueueItem | None:
         return await self._in_thread(self.get, item_id)
 
-    async def acomplete_many(self, requests: Sequence[CompleteRequest]) -> builtins.list[QueueItem | None | QueueError]:
-        return await self._in_thread(self.complete_many, requests)
+    async def acomplete_many(
+        self, requests: Sequence[CompleteRequest], *, also: AlsoWrite | None = None
+    ) -> builtins.list[QueueItem | None | QueueError]:
+        if also is None:
+            return await self._in_thread(self.complete_many, requests)
+        return await self._in_thread(self.complete_many, requests, also=also)
 
     async def aread_messages(self, item_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, bytes]:
         return await self._in_thread(self.read_messages, item_ids)

@@ -27,6 +27,7 @@ from ..core.items import (
 from . import redis_connection as conn
 from . import redis_scripts as scripts
 from . import redis_sentinel as sentinel
+from .base import AlsoWrite
 from .inputs import check_completion, check_new_item, check_owner
 from .redis_claiming import Claimed, RedisClaiming
 from .redis_clients import AsyncClient, RedisClients, SyncClient, T
@@ -431,7 +432,10 @@ class RedisStore(RedisClaiming, RedisMessages, RedisReading, RedisSuppressionLis
             raise answer
         return answer
 
-    async def acomplete_many(self, requests: Sequence[CompleteRequest]) -> builtins.list[QueueItem | None | QueueError]:
+    async def acomplete_many(
+        self, requests: Sequence[CompleteRequest], *, also: AlsoWrite | None = None
+    ) -> builtins.list[QueueItem | None | QueueError]:
+        self._refuse_also(also)
         return await self._acomplete_many(requests, self.max_items)
 
     async def _acomplete_many(

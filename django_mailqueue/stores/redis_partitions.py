@@ -29,7 +29,7 @@ from ..core.items import (
     Suppression,
 )
 from ..core.status import QueueSummary
-from .base import OVERVIEW_QUEUES
+from .base import OVERVIEW_QUEUES, AlsoWrite
 from .inputs import check_aware, check_completion, check_order, check_owner, check_suppressions
 from .redis import RedisStore
 from .redis_clients import AsyncClient
@@ -297,10 +297,13 @@ class PartitionedRedisStore(RedisStore):
                 if not await atransfer(self.parts, part.partition, len(completion.dsns), self.max_items or 0):
                     raise
 
-    async def acomplete_many(self, requests: Sequence[CompleteRequest]) -> builtins.list[QueueItem | None | QueueError]:
+    async def acomplete_many(
+        self, requests: Sequence[CompleteRequest], *, also: AlsoWrite | None = None
+    ) -> builtins.list[QueueItem | None | QueueError]:
         """Each partition's requests in one `acomplete_many` of its part (two round trips each), the partitions at
         once: their primaries answer together, and the loop wakes once for them. A request whose DSNs found the
         share short is done again alone, as `acomplete` (shares moved first)."""
+        self._refuse_also(also)
         for request in requests:
             check_owner(request.owner)
             check_completion(request.completion)

@@ -27,7 +27,6 @@ from ..core.items import (
 from ..core.observer import Observer
 from ..history import History, HistoryEntry
 from ..stores.base import QueueStore
-from ..stores.orm import OrmStore
 from .admission import ShapingSteps
 from .attempt import PREFETCH_SIZE, Attempt, AttemptDeliverer, Retry
 from .batching import Batcher
@@ -139,8 +138,9 @@ class Worker(ShapingSteps, RecordingSteps):
         if shaper is not None:
             shaper.wake = self._changed.set
         self._wake: asyncio.Task[bool] | None = None
-        #: the history's rows written in the completion's own transaction: the ORM store's database is the history's
-        self._rows_with_outcome = history is not None and isinstance(store, OrmStore) and store.alias == history.alias
+        #: the history's rows written in the completion's own transaction (the store says it can: the ORM store's
+        #: database is the history's), else committed before it
+        self._rows_with_outcome = history is not None and store.completes_with_history(history.alias)
         self._completions: Batcher[Completing, QueueItem | None | QueueError] = Batcher(
             self._write_completions,
             limit=100,

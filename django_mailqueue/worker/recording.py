@@ -4,7 +4,6 @@ its DSNs in one store call, tried again while the lease holds — and told; an a
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import random
 import uuid
@@ -15,7 +14,6 @@ from typing import TYPE_CHECKING, Literal
 from ..core.errors import Code, QueueError
 from ..core.items import CompleteRequest, Completion, QueueItem, RecipientOutcome, RecipientState, apply_completion
 from ..history import HistoryEntry
-from ..stores.orm import OrmStore
 from .attempt import Attempt, Retry
 from .events import tell, worker_signals_heard
 from .record import AttemptOutcome, Record, decide
@@ -32,7 +30,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("django_mailqueue")
 
-#: A completion and the history rows written in its transaction (none unless they share the ORM store's database).
+#: A completion and the history rows written in its transaction (none unless the store `completes_with_history`).
 Completing = tuple[CompleteRequest, Sequence[HistoryEntry]]
 
 
@@ -61,7 +59,7 @@ class RecordingSteps:
 
     async def _record(self, attempt: Attempt, outcome: AttemptOutcome) -> None:
         """Write what `outcome` means (history rows, committed, then the completion with its DSNs in one
-        store call — or both in one transaction where they share the ORM store's database) and tell it. A
+        store call — or both in one transaction where the store `completes_with_history`) and tell it. A
         crash before the completion leaves the attempt unrecorded, and no DSN; a recorded outcome always has
         its history rows."""
         item = attempt.item
@@ -274,8 +272,13 @@ class RecordingSteps:
         rows = [entry for _, entries in batch for entry in entries]
         if not rows:
             return await self.store.acomplete_many(requests)
-        assert isinstance(self.store, OrmStore) and self.history is not None  # _rows_with_outcome
-        return await self.store.acomplete_many(requests, also=functools.partial(self.history.record, rows))
+        history = self.history
+        assert history is not None  # _rows_with_outcome
+
+        def write(answers: Sequence[QueueItem | None | QueueError]) -> None:
+            history.record(rows)
+
+        return await self.store.acomplete_many(requests, also=write)
 
     async def _write_history(self, entries: list[HistoryEntry]) -> list[None]:
         if self.history is not None:

@@ -207,3 +207,50 @@ async def test_on_the_orm_store_a_dsn_without_room_writes_the_rows_once() -> Non
     worker = await deliver(store, empty, ("b@dest.test",))
     assert await rows() == ["b@dest.test"]
     assert worker.stats.dsns == 0 and worker.stats.errors, worker.stats  # DSN_FAILED told
+
+
+# --- whether the rows ride with the completion is the store's to say (`completes_with_history`) -------------
+
+
+class CompletesItsOwnWay(OrmStore):
+    """A subclass whose `complete_many` takes no `also` (written before the capability): the worker must not
+    pass it one (it raised TypeError, the attempt an INTERNAL error)."""
+
+    def complete_many(self, requests: Sequence[CompleteRequest]) -> list[QueueItem | None | QueueError]:
+        return super().complete_many(requests)
+
+
+class HistoryApart(OrmStore):
+    """A subclass that opts out: its completions take no history rows."""
+
+    def completes_with_history(self, alias: str) -> bool:
+        return False
+
+
+@pytest.mark.parametrize("kind", [CompletesItsOwnWay, HistoryApart])
+async def test_an_orm_store_that_takes_no_rows_gets_them_written_first(
+    kind: type[OrmStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    original, inside = History.record, []
+
+    def record(self: History, entries: Any) -> None:
+        inside.append(connections[self.alias].in_atomic_block)
+        original(self, entries)
+
+    monkeypatch.setattr(History, "record", record)
+    store = kind()
+    assert not store.completes_with_history(store.alias)
+
+    async def empty(worker: Worker) -> bool:
+        return await store.acount() == 0
+
+    worker = await deliver(store, empty, ("b@dest.test", "c@dest.test"))  # the failure, then its DSN delivered
+    assert sorted(await rows()) == ["a@origin.test", "b@dest.test", "c@dest.test"]
+    assert inside and not any(inside), "history rows were handed to a completion that takes none"
+    assert worker.stats.leases_lost == 0 and not worker.stats.errors, worker.stats
+
+
+def test_the_orm_store_takes_rows_for_its_own_database_only() -> None:
+    store = OrmStore()
+    assert store.completes_with_history("default") and not store.completes_with_history("pg")
+    assert not store.completes_with_history("other")

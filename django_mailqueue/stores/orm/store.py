@@ -6,6 +6,7 @@ import asyncio
 import builtins
 import contextlib
 import functools
+import inspect
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
@@ -30,7 +31,7 @@ from ...core.items import (
 from ...core.shaping import Suspension, Window
 from ...core.status import QueueSummary
 from ...models import QueuedItem, QueueLock
-from ..base import OVERVIEW_QUEUES, QueueStore
+from ..base import OVERVIEW_QUEUES, AlsoWrite, QueueStore
 from ..inputs import (
     check_aware,
     check_completion,
@@ -63,6 +64,12 @@ DIALECTS: dict[str, type[Dialect]] = {"sqlite": SqliteDialect, "postgresql": Pos
 def dialect_for(vendor: str) -> type[Dialect]:
     """The dialect of a Django database backend's `vendor`."""
     return DIALECTS.get(vendor, PortableDialect)
+
+
+def _takes_also(method: Callable[..., object]) -> bool:
+    """Whether `method` can be given `also=` (by name, or in its `**kwargs`)."""
+    parameters = inspect.signature(method).parameters.values()
+    return any(p.name == "also" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
 
 
 def _own_write(method: Callable[Concatenate[OrmStore, _P], _T]) -> Callable[Concatenate[OrmStore, _P], _T]:
@@ -249,9 +256,14 @@ class OrmStore(QueueStore):
             raise answer
         return answer
 
+    def completes_with_history(self, alias: str) -> bool:
+        """True for the store's own database: `complete_many` runs `also` in its transaction — unless a subclass
+        overrides `complete_many` or `acomplete_many` with no `also` to take (the worker then writes rows first)."""
+        return alias == self.alias and all(_takes_also(method) for method in (self.complete_many, self.acomplete_many))
+
     @_own_write
     def complete_many(
-        self, requests: Sequence[CompleteRequest], *, also: Callable[[], object] | None = None
+        self, requests: Sequence[CompleteRequest], *, also: AlsoWrite | None = None
     ) -> builtins.list[QueueItem | None | QueueError]:
         """Every request in one transaction: the rows locked, read, and written back in a
         handful of statements whatever the number of items.
@@ -260,9 +272,9 @@ class OrmStore(QueueStore):
         for), the rows are read and the outcomes decided before the transaction; in it, the rows
         are locked and, when none changed meanwhile (owner, revision), only written.
 
-        `also` runs in the same transaction, on the store's connection, whatever each request's
-        answer: the worker writes the attempts' history rows with it (docs/reliability.md, "History
-        before the outcome"). Its database error rolls everything back (STORE_UNAVAILABLE).
+        `also(answers)` runs in the same transaction, on the store's connection, whatever each
+        request's answer: the worker writes the attempts' history rows with it (docs/reliability.md,
+        "History before the outcome"). Its database error rolls everything back (STORE_UNAVAILABLE).
         """
         for request in requests:
             check_owner(request.owner)
@@ -300,16 +312,20 @@ class OrmStore(QueueStore):
                 if isinstance(answer, QueueItem):
                     suppressed += request.completion.suppress
             suppression.write(self.alias, suppressed)
+            if full is None:
+                answers = plan.answers
+            else:
+                planned_answers = iter(plan.answers)
+                answers = [full if r.completion.dsns else next(planned_answers) for r in requests]
             if also is not None:
-                also()
-        if full is None:
-            return plan.answers
-        answers = iter(plan.answers)
-        return [full if r.completion.dsns else next(answers) for r in requests]
+                also(answers)
+        return answers
 
     async def acomplete_many(
-        self, requests: Sequence[CompleteRequest], *, also: Callable[[], object] | None = None
+        self, requests: Sequence[CompleteRequest], *, also: AlsoWrite | None = None
     ) -> builtins.list[QueueItem | None | QueueError]:
+        if also is None:  # a subclass's `complete_many` may take none (`completes_with_history`)
+            return await self._in_thread(self.complete_many, requests)
         return await self._in_thread(self.complete_many, requests, also=also)
 
     def _no_room(self, adding: int) -> QueueError | None:

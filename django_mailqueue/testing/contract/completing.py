@@ -178,3 +178,51 @@ class Completing(ContractBase):
         assert [r.state for r in deferred.recipients] == [RecipientState.FAILED, RecipientState.PENDING]
         assert deferred.next_attempt == at(300) and deferred.owner is None and deferred.attempts == 1
         assert store.complete_many([]) == []
+
+    # --- history rows in the completion's transaction (`completes_with_history`) -----------------
+
+    def test_also_runs_with_the_answers_only_where_the_store_completes_with_history(self, store: QueueStore) -> None:
+        """`complete_many(…, also=)`: a store that `completes_with_history` (for one of Django's databases)
+        calls it once, with the answers; any other refuses it (TypeError) and records nothing."""
+        store.add(new_item(["a@x.org"]), now=T0)
+        item = self.claim_one(store)
+        request = CompleteRequest(item.id, "w1", item.revision, _deferred("a@x.org"))
+        seen: list[list[object]] = []
+        if not _takes_also(store):
+            with pytest.raises(TypeError):
+                store.complete_many([request], also=lambda answers: seen.append(list(answers)))
+            held = store.get(item.id)
+            assert seen == [] and held is not None and held.owner == "w1" and held.attempts == 0
+            return
+        answers = store.complete_many([request], also=lambda answers: seen.append(list(answers)))
+        assert seen == [answers]
+        assert isinstance(answers[0], QueueItem) and answers[0].attempts == 1 and answers[0].owner is None
+
+    @pytest.mark.asyncio
+    async def test_the_async_twin_takes_also_as_the_store_says(self, store: QueueStore) -> None:
+        try:
+            await store.aadd(new_item(["a@x.org"]), now=T0)
+            (item,) = await store.aclaim(owner="w1", now=T0, lease_expires=at(60))
+            request = CompleteRequest(item.id, "w1", item.revision, _deferred("a@x.org"))
+            seen: list[list[object]] = []
+            if not _takes_also(store):
+                with pytest.raises(TypeError):
+                    await store.acomplete_many([request], also=lambda answers: seen.append(list(answers)))
+                held = await store.aget(item.id)
+                assert seen == [] and held is not None and held.owner == "w1" and held.attempts == 0
+                return
+            answers = await store.acomplete_many([request], also=lambda answers: seen.append(list(answers)))
+            assert seen == [answers] and isinstance(answers[0], QueueItem) and answers[0].attempts == 1
+        finally:
+            await store.aclose()
+
+
+def _deferred(address: str) -> Completion:
+    return Completion((outcome(address, RecipientState.PENDING, LATER),), next_attempt=at(5))
+
+
+def _takes_also(store: QueueStore) -> bool:
+    """Whether the store says it runs `also` in its completions' transaction, for one of Django's databases."""
+    from django.conf import settings
+
+    return any(store.completes_with_history(alias) for alias in settings.DATABASES)
