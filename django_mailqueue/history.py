@@ -10,7 +10,7 @@ from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models import Field
+from django.db.models import Field, Q
 
 from .core.errors import Code, QueueError
 from .core.items import QueueItem, RecipientOutcome, RecipientState, address_domain
@@ -29,6 +29,8 @@ class HistoryEntry:
     attempt: int
     recorded: datetime
     possibly_delivered: bool = False
+    #: the attempt's outcome was not recorded, its lease lost: the row does not claim the item's outcome
+    lease_lost: bool = False
 
 
 class History:
@@ -61,6 +63,7 @@ class History:
                 e.outcome.remote_mta[:255],
                 e.attempt,
                 e.possibly_delivered,
+                e.lease_lost,
                 recorded(e.recorded, conn),
             )
             for e in entries
@@ -90,15 +93,41 @@ class History:
         try:
             await self._threads.run(self.record, entries)
         except DatabaseError as exc:
-            reason = str(exc).splitlines()[0] if str(exc) else ""
-            raise QueueError(
-                Code.STORE_UNAVAILABLE,
-                f"the delivery history could not be written to the database {self.alias!r}: "
-                f"{type(exc).__name__}: {reason}",
-            ) from exc
+            raise _unavailable(self.alias, exc) from exc
+
+    def mark_lease_lost(self, entries: Sequence[HistoryEntry]) -> int:
+        """Mark the rows written for `entries` (by item, attempt and time) `lease_lost`: their attempt's outcome
+        was then not recorded. How many rows were marked."""
+        attempts = {(e.item.id, e.attempt, e.recorded) for e in entries}
+        if not attempts:
+            return 0
+        which = Q()
+        for item_id, attempt, recorded in attempts:
+            which |= Q(item_id=item_id, attempt=attempt, recorded=recorded)
+        conn = connections[self.alias]
+        drop_if_broken(conn)
+        rows = DeliveryRecord.objects.using(self.alias).filter(which, lease_lost=False)
+        if conn.vendor == "sqlite" and not conn.in_atomic_block:
+            return wait_for_lock(conn, lambda: rows.update(lease_lost=True))
+        return rows.update(lease_lost=True)
+
+    async def amark_lease_lost(self, entries: Sequence[HistoryEntry]) -> int:
+        """`mark_lease_lost` in the history's thread; STORE_UNAVAILABLE when the database refused it."""
+        try:
+            return await self._threads.run(self.mark_lease_lost, entries)
+        except DatabaseError as exc:
+            raise _unavailable(self.alias, exc) from exc
 
     async def aclose(self) -> None:
         await asyncio.to_thread(self._threads.close)
+
+
+def _unavailable(alias: str, exc: DatabaseError) -> QueueError:
+    reason = str(exc).splitlines()[0] if str(exc) else ""
+    return QueueError(
+        Code.STORE_UNAVAILABLE,
+        f"the delivery history could not be written to the database {alias!r}: {type(exc).__name__}: {reason}",
+    )
 
 
 #: The columns a record writes (all but the id), `item_id` first and `recorded` last.
@@ -118,6 +147,7 @@ _FIELDS: list[Field[Any, Any]] = [
         "remote_mta",
         "attempt",
         "possibly_delivered",
+        "lease_lost",
         "recorded",
     )
 ]
@@ -126,7 +156,8 @@ _FIELDS: list[Field[Any, Any]] = [
 _POSTGRES_INSERT = (
     f"INSERT INTO {DeliveryRecord._meta.db_table} ({', '.join(str(field.column) for field in _FIELDS)}) "  # noqa: S608
     "SELECT * FROM unnest(%b::uuid[], %b::text[], %b::text[], %b::text[], %b::text[], %b::text[], %b::text[], "
-    "%b::smallint[], %b::text[], %b::text[], %b::text[], %b::integer[], %b::boolean[], %b::timestamptz[])"
+    "%b::smallint[], %b::text[], %b::text[], %b::text[], %b::integer[], %b::boolean[], %b::boolean[], "
+    "%b::timestamptz[])"
 )
 
 

@@ -229,6 +229,9 @@ class DeliveryRecord(models.Model):
     attempt = models.IntegerField()
     #: the reply after the final "." was lost: the recipient may have the message already
     possibly_delivered = models.BooleanField(default=False)
+    #: the attempt's worker lost its lease before its outcome was recorded: the row tells what this attempt found
+    #: (a server's reply), not the item's outcome — another attempt's is (docs/reliability.md)
+    lease_lost = models.BooleanField(default=False)
     recorded = models.DateTimeField()
 
     class Meta:

@@ -13,7 +13,7 @@ from django.http import HttpRequest
 from django.urls import URLPattern, reverse
 from django.utils.formats import date_format
 from django.utils.functional import cached_property
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 from django.utils.timezone import localtime
 
 from ..core.errors import QueueError
@@ -100,6 +100,21 @@ class TextFilter(admin.FieldListFilter):
         }
 
 
+#: What the state column says beside a record's state, why (its title), and the flag that says it.
+_NOTES = (
+    (
+        "possibly delivered",
+        "the reply after the final “.” was lost: the recipient may have the message already",
+        "possibly_delivered",
+    ),
+    (
+        "lease lost",
+        "the worker lost the lease before this attempt's outcome was recorded: the item's outcome is another attempt's",
+        "lease_lost",
+    ),
+)
+
+
 class DeliveryRecordAdmin(ReadOnlyRows, _ModelAdmin):
     """Every delivered, deferred and failed outcome the worker recorded, filterable and searchable."""
 
@@ -137,6 +152,7 @@ class DeliveryRecordAdmin(ReadOnlyRows, _ModelAdmin):
         "reply_text",
         "remote_mta",
         "possibly_delivered",
+        "lease_lost",
     )
     readonly_fields = fields
 
@@ -190,13 +206,11 @@ class DeliveryRecordAdmin(ReadOnlyRows, _ModelAdmin):
 
     @admin.display(description="state", ordering="state")
     def outcome(self, record: DeliveryRecord) -> str:
-        if record.possibly_delivered:
-            return format_html(
-                '{} <span class="mq-possibly" title="{}">possibly delivered</span>',
-                record.state,
-                ("the reply after the final “.” was lost: the recipient may have the message already"),
-            )
-        return record.state
+        notes = [(label, why) for label, why, shown in _NOTES if getattr(record, shown)]
+        if not notes:
+            return record.state
+        spans = format_html_join("", ' <span class="mq-possibly" title="{1}">{0}</span>', notes)
+        return format_html("{}{}", record.state, spans)
 
     @admin.display(description="recipient", ordering="recipient")
     def to(self, record: DeliveryRecord) -> str:

@@ -365,9 +365,11 @@ class Worker(ShapingSteps, RecordingSteps):
                     await self._lose(attempt, "its lease was not renewed: another worker holds it, or it is gone")
 
     async def _lose(self, attempt: Attempt, why: str) -> None:
+        """The lease is gone: an SMTP part under way is cut (another worker holds the item); an attempt past it
+        goes on to write its history rows, marked `lease_lost`, and records nothing (`RecordingSteps._record`)."""
         attempt.lost = True
         self.stats.leases_lost += 1
-        if attempt.task is not None and not attempt.task.done():
+        if attempt.task is not None and not attempt.task.done() and not attempt.recording:
             attempt.task.cancel()
         self._held.pop(attempt.item.id, None)
         await self._error(

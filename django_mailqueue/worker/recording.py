@@ -8,6 +8,7 @@ import logging
 import random
 import uuid
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Literal
 
@@ -64,9 +65,11 @@ class RecordingSteps:
         its history rows."""
         item = attempt.item
         record = decide(item, outcome, self.settings, now=self.clock.now(), rng=self.rng)
-        if attempt.lost:
+        if attempt.lost:  # the renewer found the lease gone once the SMTP part was over: the rows, marked
+            await self._write_unrecorded(attempt, record.history())
             return
         rows: Sequence[HistoryEntry] = ()
+        rows_first = self.history is not None and not self._rows_with_outcome
         if self.history is not None:
             if self._rows_with_outcome:
                 rows = record.history()
@@ -74,21 +77,26 @@ class RecordingSteps:
                 return
         recorded, record = await self._complete(attempt, record, rows)
         if recorded is False:
+            if attempt.lost and rows_first:  # written as the outcome's, which was then not recorded
+                await self._mark_unrecorded(attempt, record)
             return
         self._held.pop(item.id, None)
         if recorded is None:
             lease = attempt.lease_expires or item.lease_expires
             if lease is None or lease <= self.clock.now():  # now: the completion itself may have stalled
-                self.stats.leases_lost += 1
-                await self._error(
-                    QueueError(
-                        Code.LEASE_LOST,
-                        f"the item {item.id} is gone and its lease had expired: "
-                        "it was cancelled or finished by another worker; nothing was recorded",
-                        item_id=item.id,
-                    ),
-                    item.id,
-                )
+                if not attempt.lost:  # else the renewer found it first, and counted and told it
+                    attempt.lost = True
+                    self.stats.leases_lost += 1
+                    await self._error(
+                        QueueError(
+                            Code.LEASE_LOST,
+                            f"the item {item.id} is gone and its lease had expired: "
+                            "it was cancelled or finished by another worker; nothing was recorded",
+                            item_id=item.id,
+                        ),
+                        item.id,
+                    )
+                await self._mark_unrecorded(attempt, record)  # written first, or with the completion
                 return
         # None with the lease held: cancelled while we held it. The outcomes are told; no DSN was added.
         await self._tell(record, with_dsns=recorded is not None)
@@ -133,7 +141,7 @@ class RecordingSteps:
         unwritten = list(rows)
         answer = await self._complete_while_held(attempt, record, unwritten)
         if unwritten and answer[0] is False:
-            self._history.post(unwritten)
+            self._history.post([replace(e, lease_lost=True) for e in unwritten] if attempt.lost else unwritten)
         return answer
 
     async def _complete_while_held(
@@ -267,18 +275,47 @@ class RecordingSteps:
         return True
 
     async def _write_completions(self, batch: list[Completing]) -> Sequence[QueueItem | None | QueueError]:
-        """A batch's completions in one store call; the history rows riding with them in its transaction."""
+        """A batch's completions in one store call; the history rows riding with them in its transaction, those
+        of a LEASE_LOST answer marked `lease_lost` (their attempt's outcome is not recorded)."""
         requests = [request for request, _ in batch]
-        rows = [entry for _, entries in batch for entry in entries]
-        if not rows:
+        if not any(entries for _, entries in batch):
             return await self.store.acomplete_many(requests)
         history = self.history
         assert history is not None  # _rows_with_outcome
 
         def write(answers: Sequence[QueueItem | None | QueueError]) -> None:
-            history.record(rows)
+            history.record(
+                [
+                    replace(entry, lease_lost=True) if _lease_lost(answer) else entry
+                    for (_, entries), answer in zip(batch, answers, strict=True)
+                    for entry in entries
+                ]
+            )
 
         return await self.store.acomplete_many(requests, also=write)
+
+    async def _write_unrecorded(self, attempt: Attempt, entries: Sequence[HistoryEntry]) -> None:
+        """The rows of an attempt whose lease was lost before its outcome could be recorded, marked `lease_lost`:
+        it reached a server, and says so without claiming the item's outcome. One try (the lease is gone: nothing
+        waits for them); the database refusing them is told."""
+        if self.history is None or not entries:
+            return
+        answers = await _answers([self._history.enqueue(replace(e, lease_lost=True)) for e in entries])
+        refused = next((answer for answer in answers if answer is not None), None)
+        if isinstance(refused, QueueError):
+            await self._error(refused, attempt.item.id)
+        elif refused is not None:
+            raise refused
+
+    async def _mark_unrecorded(self, attempt: Attempt, record: Record) -> None:
+        """Mark `lease_lost` the rows written for `record` as its outcome's, which was then not recorded (LEASE_LOST,
+        or gone past the lease): another attempt's outcome is the item's."""
+        if self.history is None:
+            return
+        try:
+            await self.history.amark_lease_lost(record.history())
+        except QueueError as exc:
+            await self._error(exc, attempt.item.id)
 
     async def _write_history(self, entries: list[HistoryEntry]) -> list[None]:
         if self.history is not None:
@@ -305,6 +342,10 @@ class RecordingSteps:
             reply.status,
             reply,
         )
+
+
+def _lease_lost(answer: QueueItem | None | QueueError) -> bool:
+    return isinstance(answer, QueueError) and answer.code == Code.LEASE_LOST
 
 
 async def _answers(futures: list[asyncio.Future[None]]) -> list[BaseException | None]:

@@ -184,3 +184,31 @@ def test_a_long_history_is_counted_only_to_a_bound_and_its_filters_list_no_value
     assert '<input type="hidden" name="state__exact" value="delivered">' in html
     assert recipients(admin_client, queue="default", domain="rare.test") == set()
     assert recipients(admin_client, queue="bulk", domain="rare.test") == {"r7@rare.test"}
+
+
+@pytest.mark.django_db
+def test_a_record_whose_lease_was_lost_says_so_beside_its_state(admin_client: Client) -> None:
+    now = datetime.now(UTC)
+    for n, (possibly, lost) in enumerate([(False, False), (True, False), (False, True), (True, True)]):
+        DeliveryRecord.objects.create(
+            item_id="6f1c5e5e-0000-4000-8000-000000000001",
+            recipient=f"r{n}@dest.test",
+            domain="dest.test",
+            queue="default",
+            state="delivered",
+            attempt=1,
+            possibly_delivered=possibly,
+            lease_lost=lost,
+            recorded=now - timedelta(seconds=n),
+        )
+    html = admin_client.get(reverse(HISTORY)).content.decode()
+    states = [
+        re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", cell)).strip()
+        for cell in re.findall(r'<td class="field-outcome">(.*?)</td>', html, re.S)
+    ]
+    assert states == [
+        "delivered",
+        "delivered possibly delivered",
+        "delivered lease lost",
+        "delivered possibly delivered lease lost",
+    ], states
