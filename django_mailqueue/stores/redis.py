@@ -446,6 +446,12 @@ class RedisStore(RedisClaiming, RedisMessages, RedisReading, RedisSuppressionLis
         for request in requests:
             check_owner(request.owner)
             check_completion(request.completion)
+        return await self._acomplete_checked(requests, bound)
+
+    async def _acomplete_checked(
+        self, requests: Sequence[CompleteRequest], bound: int | str | None
+    ) -> builtins.list[QueueItem | None | QueueError]:
+        """`_acomplete_many` of requests checked already (a partitioned store checks them once for its parts)."""
         if not requests:
             return []
         befores = [self._as_claimed(r.item_id, r.owner, r.revision) for r in requests]

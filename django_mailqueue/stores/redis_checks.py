@@ -105,9 +105,17 @@ def stranded_partitions(store: RedisStore) -> dict[Where, int]:
     off a Cluster. One pipeline of `ZCARD`s a primary."""
     if not store.cluster:
         return {}
-    partitions = len(getattr(store, "parts", [store]))
-    layouts = other_layouts(store.key_prefix, partitions)
+    layouts = other_layouts(store.key_prefix, len(getattr(store, "parts", [store])))
     counts = store._clients.cluster_counts(builtins.list(layouts))
+    return {where: n for where, n in zip(layouts.values(), counts, strict=True) if n}
+
+
+async def astranded_partitions(store: RedisStore) -> dict[Where, int]:
+    """`stranded_partitions` in the running loop, on the asyncio cluster client the store's calls use."""
+    if not store.cluster:
+        return {}
+    layouts = other_layouts(store.key_prefix, len(getattr(store, "parts", [store])))
+    counts = await store._clients.acluster_counts(builtins.list(layouts))
     return {where: n for where, n in zip(layouts.values(), counts, strict=True) if n}
 
 
@@ -154,9 +162,10 @@ def stranded_text(store: RedisStore, stranded: dict[Where, int]) -> str:
     )
 
 
-def worker_refusal(store: object) -> str | None:
+async def worker_refusal(store: object) -> str | None:
     """Why a worker must not start on `store`: a Cluster queue with items in partitions it does not reach (E030's
-    reading, one pipeline a primary); None otherwise, and when Redis cannot be reached (the worker waits for it)."""
+    reading, one pipeline a primary, in the worker's event loop on the cluster client its claims use); None
+    otherwise, and when Redis cannot be reached (the worker waits for it)."""
     if not getattr(store, "cluster", False):
         return None
     from .redis import RedisStore
@@ -164,7 +173,7 @@ def worker_refusal(store: object) -> str | None:
     if not isinstance(store, RedisStore):
         return None
     try:
-        stranded = stranded_partitions(store)
+        stranded = await astranded_partitions(store)
     except QueueError:
         return None
     if not stranded:

@@ -183,10 +183,7 @@ class RedisClients:
         current = self._async
         if current is not None and current[0] is loop:
             return current[1]
-        shared = self._afinders
-        if shared.current is None or shared.current[0] is not loop:
-            shared.current = (loop, AsyncSlotFinder(self._finder.url, self._timeout, self._password))
-        client = await shared.current[1].client(self.keys.schema)
+        client = await self._afinder(loop).client(self.keys.schema)
         conn.pack_with_hiredis(client)
         current = self._async
         if current is not None and current[0] is loop:  # found by a call made at the same time: one client
@@ -196,6 +193,14 @@ class RedisClients:
         self._pubsub = None
         self._listener = None
         return client
+
+    def _afinder(self, loop: asyncio.AbstractEventLoop) -> AsyncSlotFinder:
+        """The asyncio slot finder of `loop`, shared with the store's other parts (on a Cluster only)."""
+        assert self._finder is not None
+        shared = self._afinders
+        if shared.current is None or shared.current[0] is not loop:
+            shared.current = (loop, AsyncSlotFinder(self._finder.url, self._timeout, self._password))
+        return shared.current[1]
 
     def _unpin(self) -> None:
         """On a Cluster, after a redirect or a broken connection: the next call finds the slot's primary anew."""
@@ -315,6 +320,16 @@ class RedisClients:
             for key in keys:
                 pipe.zcard(key)
             return [int(count) for count in pipe.execute()]
+        except DRIVER_ERRORS as exc:
+            raise conn.translate(exc, self._mask, self.place) from None
+
+    async def acluster_counts(self, keys: list[str]) -> list[int]:
+        """`cluster_counts` in the running loop, through the asyncio cluster client its calls use (one slot map
+        read for the worker's whole run, not a sync client's besides)."""
+        if self._finder is None:
+            raise QueueError(Code.INVALID, "keys of other slots are counted on a Redis Cluster only")
+        try:
+            return await self._afinder(asyncio.get_running_loop()).counts(keys)
         except DRIVER_ERRORS as exc:
             raise conn.translate(exc, self._mask, self.place) from None
 

@@ -104,8 +104,8 @@ class AsyncSlotFinder:
         self.cluster: redis.asyncio.RedisCluster[bytes] | None = None
         self._stale = False
 
-    async def client(self, key: str) -> redis.asyncio.Redis[bytes]:
-        """A plain client of the primary serving `key`'s slot (the caller owns it)."""
+    async def _finder(self) -> Any:
+        """The cluster client, its slot map read (once, or anew after `lost()`)."""
         if self.cluster is None:
             self.cluster = conn.async_cluster_client(self.url, self.timeout, self.password)
         finder: Any = self.cluster
@@ -114,10 +114,46 @@ class AsyncSlotFinder:
             self._stale = False
         else:
             await finder.initialize()  # once: the slot map read under the client's lock
-        node = finder.get_node_from_key(key)
-        if node is None:
-            raise redis.exceptions.ClusterDownError(f"no primary serves the slot of {key}")
+        return finder
+
+    async def client(self, key: str) -> redis.asyncio.Redis[bytes]:
+        """A plain client of the primary serving `key`'s slot (the caller owns it)."""
+        node = _node_of((await self._finder()), key)
         return conn.async_client_from_url(node_url(self.url, node.host, node.port), self.timeout, self.password)
+
+    async def counts(self, keys: list[str]) -> list[int]:
+        """`ZCARD` of each key, wherever its slot is: one plain pipeline a primary (as the sync `SlotFinder`'s
+        cluster client counts them for `manage.py check`; a worker counts on the loop it runs in, with the slot map
+        its claims use). After a redirect, through redis-py's cluster pipeline, which follows it."""
+        finder = await self._finder()
+        groups: dict[str, tuple[Any, list[int]]] = {}
+        for index, key in enumerate(keys):
+            node = _node_of(finder, key)
+            groups.setdefault(node.name, (node, []))[1].append(index)
+        counts = [0] * len(keys)
+        try:
+            for node, indexes in groups.values():
+                client = conn.async_client_from_url(
+                    node_url(self.url, node.host, node.port), self.timeout, self.password
+                )
+                conn.pack_with_hiredis(client)
+                try:
+                    pipe = client.pipeline(transaction=False)
+                    for index in indexes:
+                        pipe.zcard(keys[index])
+                    for index, count in zip(indexes, await pipe.execute(), strict=True):
+                        counts[index] = int(count)
+                finally:
+                    await client.aclose()  # type: ignore[attr-defined, unused-ignore]
+        except (redis.RedisError, OSError) as exc:
+            if not is_redirect(exc):
+                raise
+            self.lost()
+            pipe = (await self._finder()).pipeline(transaction=False)
+            for key in keys:
+                pipe.zcard(key)
+            counts = [int(count) for count in await pipe.execute()]
+        return counts
 
     def lost(self) -> None:
         self._stale = True
@@ -126,6 +162,13 @@ class AsyncSlotFinder:
         cluster, self.cluster = self.cluster, None
         if cluster is not None:
             await cluster.aclose()  # type: ignore[attr-defined, unused-ignore]
+
+
+def _node_of(finder: Any, key: str) -> Any:
+    node = finder.get_node_from_key(key)
+    if node is None:
+        raise redis.exceptions.ClusterDownError(f"no primary serves the slot of {key}")
+    return node
 
 
 class SharedFinder:

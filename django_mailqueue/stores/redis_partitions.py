@@ -122,10 +122,15 @@ class PartitionedRedisStore(RedisStore):
 
     async def _aby_part(self, item_ids: Sequence[uuid.UUID]) -> dict[int, builtins.list[int]]:
         groups: dict[int, builtins.list[int]] = {}
+        where = self._where
         for index, item_id in enumerate(item_ids):
-            part = await self._apart_of(item_id)
-            if part is not None:
-                groups.setdefault(part.partition, []).append(index)
+            partition = where.get(item_id)  # remembered: no coroutine an item (each of the worker's batches)
+            if partition is None:
+                part = await self._apart_of(item_id)
+                if part is None:
+                    continue
+                partition = part.partition
+            groups.setdefault(partition, []).append(index)
         return groups
 
     # --- max_items: each partition's share of it (redis_quota.py) ----------------------------------------
@@ -313,7 +318,9 @@ class PartitionedRedisStore(RedisStore):
         async def complete(partition: int, indexes: builtins.list[int]) -> None:
             group = [requests[i] for i in indexes]
             bound = self._share(partition) if any(request.completion.dsns for request in group) else None
-            for index, answer in zip(indexes, await self.parts[partition]._acomplete_many(group, bound), strict=True):
+            for index, answer in zip(
+                indexes, await self.parts[partition]._acomplete_checked(group, bound), strict=True
+            ):
                 answers[index] = answer
 
         if len(groups) == 1:

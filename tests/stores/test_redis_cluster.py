@@ -448,3 +448,74 @@ def test_the_partitions_share_one_asyncio_cluster_client(
             await store.aclose()
 
     assert asyncio.run(run()) == 1
+
+
+def test_a_worker_counts_the_stranded_partitions_on_its_asyncio_cluster_client(
+    cluster: ClusterSetup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`mailqueue_work` reads what E030 reads (and still refuses on it: above) in its event loop, through the asyncio
+    cluster client its claims use: no sync cluster client, and no slot map read for it alone (docs/performance.md,
+    helper `cluster`)."""
+    from django.core.management import call_command
+    from django.test import override_settings
+
+    from django_mailqueue.stores import redis_connection, reset_store
+
+    made: list[str] = []
+    for name in ("sync_cluster_client", "async_cluster_client"):
+
+        def counted(*args: object, _real: object = getattr(redis_connection, name), _name: str = name) -> object:
+            made.append(_name)
+            return _real(*args)  # type: ignore[operator]
+
+        monkeypatch.setattr(redis_connection, name, counted)
+    prefix = _prefix("count")
+    store = {"BACKEND": "django_mailqueue.stores.redis.RedisStore", "OPTIONS": cluster.options(
+        key_prefix=prefix, partitions=3)}  # fmt: skip
+    with override_settings(MAILQUEUE={"STORE": store, "HOSTNAME": "mq.test"}):
+        reset_store()
+        try:
+            call_command("mailqueue_work", "--once", verbosity=0)
+        finally:
+            reset_store()
+    assert made == ["async_cluster_client"], made
+
+
+def test_a_batch_of_claimed_items_completes_without_asking_where_each_checked_once(
+    cluster: ClusterSetup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker's batches: items the store claimed are completed in their remembered partitions (no part asked
+    which holds one), each completion checked once, not again by its part (docs/performance.md, helper `cluster`)."""
+    from django_mailqueue.stores import redis as redis_module
+    from django_mailqueue.stores import redis_partitions
+
+    store = _partitioned(cluster, "done")
+    checked: list[Completion] = []
+
+    def counting(
+        completion: Completion, _real: Callable[[Completion], None] = redis_partitions.check_completion
+    ) -> None:
+        checked.append(completion)
+        _real(completion)
+
+    async def asked(item_id: uuid.UUID) -> None:
+        raise AssertionError(f"asked the parts which holds {item_id}")
+
+    async def run() -> list[object]:
+        try:
+            for _ in range(3):  # one a partition: the adds take the parts in turn
+                await store.aadd(new_item(), now=T0)
+            claimed = await store.aclaim(owner="w", now=T0, lease_expires=at(60), limit=3)
+            assert len(claimed) == 3
+            monkeypatch.setattr(redis_partitions, "check_completion", counting)
+            monkeypatch.setattr(redis_module, "check_completion", counting)
+            monkeypatch.setattr(store, "_apart_of", asked)
+            done = Completion(tuple(outcome(r.address, RecipientState.DELIVERED) for r in claimed[0].recipients), T0)
+            answers = await store.acomplete_many([CompleteRequest(i.id, "w", i.revision, done) for i in claimed])
+            assert await store.acount() == 0
+            return list(answers)
+        finally:
+            await store.aclose()
+
+    answers = asyncio.run(run())
+    assert [getattr(a, "done", None) for a in answers] == [True, True, True] and len(checked) == 3, (answers, checked)

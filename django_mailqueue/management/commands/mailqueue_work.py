@@ -9,7 +9,8 @@ import logging
 import os
 import signal
 import sys
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 from django.core.management.base import BaseCommand, CommandError
 
@@ -19,6 +20,9 @@ from ...metrics import NEEDS_EXTRA, prometheus_installed
 from ...stores.redis_checks import worker_refusal
 from ...worker import Worker, WorkerStats, build_worker
 from ..options import positive
+
+if TYPE_CHECKING:
+    from ...metrics.worker import MetricsServer
 
 
 def _port(value: str) -> int:
@@ -97,33 +101,35 @@ class Command(BaseCommand):
             )
         except QueueError as exc:
             raise CommandError(str(exc)) from None
-        refused = worker_refusal(worker.store)
-        if refused is not None:
-            worker.store.close()
-            raise CommandError(refused)
-        server = None
-        if metrics is not None:
-            metrics.watch(worker)
-            address = options["metrics_address"] or "127.0.0.1"
-            try:
-                server = metrics.serve(options["metrics_port"], address)
-            except OSError as exc:
-                worker.store.close()
-                raise CommandError(f"cannot serve metrics on {address} port {options['metrics_port']}: {exc}") from None
+        server: MetricsServer | None = None
+
+        async def start() -> None:
+            """After the store's check, before the first claim: the metrics served, the worker announced."""
+            nonlocal server
+            if metrics is not None:
+                metrics.watch(worker)
+                address = options["metrics_address"] or "127.0.0.1"
+                try:
+                    server = metrics.serve(options["metrics_port"], address)
+                except OSError as exc:
+                    await worker.store.aclose()
+                    port = options["metrics_port"]
+                    raise CommandError(f"cannot serve metrics on {address} port {port}: {exc}") from None
+                if verbosity >= 1:
+                    host = f"[{address}]" if ":" in address else address
+                    self.stderr.write(f"mailqueue: metrics on http://{host}:{server.port}/metrics")
             if verbosity >= 1:
-                host = f"[{address}]" if ":" in address else address
-                self.stderr.write(f"mailqueue: metrics on http://{host}:{server.port}/metrics")
-        if verbosity >= 1:
-            self.stderr.write(
-                f"mailqueue: worker {worker.owner} on {type(worker.store).__name__}, queues "
-                f"{','.join(worker.queues) if worker.queues else 'all'}, concurrency {worker.concurrency}"
-                + (", once" if worker.once else "")
-            )
-        # Start-up's objects (Django's, the settings', the worker's) live as long as the process: out of the
-        # garbage collector's sight, its collections while mail is delivered no longer walk them.
-        gc.freeze()
+                self.stderr.write(
+                    f"mailqueue: worker {worker.owner} on {type(worker.store).__name__}, queues "
+                    f"{','.join(worker.queues) if worker.queues else 'all'}, concurrency {worker.concurrency}"
+                    + (", once" if worker.once else "")
+                )
+            # Start-up's objects (Django's, the settings', the worker's) live as long as the process: out of the
+            # garbage collector's sight, its collections while mail is delivered no longer walk them.
+            gc.freeze()
+
         try:
-            stats = asyncio.run(self._run(worker, verbosity))
+            stats = asyncio.run(self._run(worker, verbosity, start))
         finally:
             if server is not None:
                 server.stop()
@@ -136,7 +142,13 @@ class Command(BaseCommand):
         if stats.unreached is not None:  # exit 1: a cron job or a script must not take this run for a full one
             raise CommandError(f"--once left mail in the queue that it could not reach: {stats.unreached}")
 
-    async def _run(self, worker: Worker, verbosity: int) -> WorkerStats:
+    async def _run(self, worker: Worker, verbosity: int, start: Callable[[], Awaitable[None]]) -> WorkerStats:
+        # A Cluster queue with items its partitions do not reach: refused, in the loop the worker's calls use
+        # (its asyncio cluster client, one slot map for the run: docs/performance.md, helper `cluster`).
+        refused = await worker_refusal(worker.store)
+        if refused is not None:
+            await worker.store.aclose()
+            raise CommandError(refused)
         loop = asyncio.get_running_loop()
         signals_seen = 0
 
@@ -155,6 +167,7 @@ class Command(BaseCommand):
 
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, on_signal, signum)
+        await start()  # its line says the worker is up: the signals are handled from here on
         progress = None
         if worker.once and verbosity >= 1 and sys.stdout.isatty():
             progress = asyncio.create_task(self._progress(worker))
