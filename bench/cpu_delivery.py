@@ -59,6 +59,47 @@ _GC_TIMED = (
 )
 
 
+#: `python -m django ...` counting, per message, the store's calls and Django's commits and statements (`--count`):
+#: a line "COUNTS {json}" at exit
+_COUNTED = (
+    "import atexit, collections, functools, inspect, json, runpy, sys\n"
+    "sys.argv = ['django', *sys.argv[1:]]\n"
+    "calls = collections.Counter()\n"
+    "def counted(cls, name, fn):\n"
+    "    label = f'{cls.__name__}.{name}'\n"
+    "    if inspect.iscoroutinefunction(fn):\n"
+    "        @functools.wraps(fn)\n"
+    "        async def wrapper(*a, **k):\n"
+    "            calls[label] += 1\n"
+    "            return await fn(*a, **k)\n"
+    "    else:\n"
+    "        @functools.wraps(fn)\n"
+    "        def wrapper(*a, **k):\n"
+    "            calls[label] += 1\n"
+    "            return fn(*a, **k)\n"
+    "    setattr(cls, name, wrapper)\n"
+    "import django\n"
+    "_setup = django.setup\n"
+    "def setup(*a, **k):\n"
+    "    _setup(*a, **k)\n"
+    "    from django.db.backends.base.base import BaseDatabaseWrapper\n"
+    "    from django.db.backends.utils import CursorWrapper\n"
+    "    for name in ('commit', 'rollback'): counted(BaseDatabaseWrapper, name, getattr(BaseDatabaseWrapper, name))\n"
+    "    for name in ('execute', 'executemany'): counted(CursorWrapper, name, getattr(CursorWrapper, name))\n"
+    "    import django_mailqueue.stores.orm.store, django_mailqueue.stores.redis\n"
+    "    from django_mailqueue.stores.base import QueueStore\n"
+    "    seen, todo = set(), [QueueStore]\n"
+    "    while todo:\n"
+    "        cls = todo.pop(); todo += cls.__subclasses__()\n"
+    "        for name, fn in list(vars(cls).items()):\n"
+    "            if not name.startswith('_') and inspect.isfunction(fn) and (cls, name) not in seen:\n"
+    "                seen.add((cls, name)); counted(cls, name, fn)\n"
+    "django.setup = setup\n"
+    "atexit.register(lambda: print('COUNTS ' + json.dumps(calls), file=sys.stderr, flush=True))\n"
+    "runpy.run_module('django', run_name='__main__', alter_sys=True)\n"
+)
+
+
 def wait_quiet() -> None:
     """Someone else measures while /work/BENCH_RUNNING exists (HELPERS.md): wait."""
     flag = Path("/work/BENCH_RUNNING")
@@ -94,6 +135,11 @@ def run_one(
             cmd = [cmd[0], "-c", _PROFILED.format(path=str(profile)), *cmd[3:]]
         if os.environ.get("CPU_DELIVERY_GC"):
             cmd = [cmd[0], "-c", _GC_TIMED, *cmd[3:]]
+        if getattr(ctx.args, "count", False):
+            cmd = [cmd[0], "-c", _COUNTED, *cmd[3:]]
+        trace = PROFILES / f"strace-{cfg.key}-{mode}-{n}-{time.time_ns()}.txt"
+        if getattr(ctx.args, "count", False) and n:
+            cmd = ["strace", "-f", "-c", "-e", "trace=fdatasync,fsync", "-o", str(trace), *cmd]
         if ctx.args.callgrind:
             out = PROFILES / f"callgrind-{cfg.key}-{mode}-{n}-{time.time_ns()}.out"
             cmd = ["valgrind", "--tool=callgrind", "--quiet", f"--callgrind-out-file={out}", *cmd]
@@ -104,6 +150,8 @@ def run_one(
         env = ctx.env(cfg, db, **measure_delivery.dkim_env(ctx, measure), **shaped)
         postgres = cfg.store == "orm" and db.kind == "postgres"
         before_xacts = transactions(ctx, db.name) if postgres else 0
+        if getattr(ctx.args, "count", False) and cfg.store == "redis" and n:
+            ctx.servers.redis.reset_stats()  # before server_before: its difference stays right
         server_before = redis_server_use(ctx, cfg)
         group = procs.measure([cmd], env=env, logdir=LOGS, name=f"cpu-{cfg.key}-{mode}")
         server_after = redis_server_use(ctx, cfg)
@@ -115,6 +163,8 @@ def run_one(
             time.sleep(0.6)  # the backend's statistics are sent at its exit, within PGSTAT_MIN_INTERVAL
             print(f"    {cfg.key} {mode}: {(transactions(ctx, db.name) - before_xacts) / n:.4f} transactions a message")
         group.results[0].check(f"{cfg.key} {mode}")
+        if getattr(ctx.args, "count", False) and n:
+            print_counts(ctx, cfg, mode, n, group.results[0].stdout + group.results[0].stderr, trace)
         if os.environ.get("CPU_DELIVERY_GC"):
             log = LOGS / f"cpu-{cfg.key}-{mode}.0.log"
             print(
@@ -152,6 +202,23 @@ def redis_server_use(ctx: Context, cfg: Config) -> tuple[float, int] | None:
     return used, sum(int(entry["calls"]) for entry in stats.values())
 
 
+def print_counts(ctx: Context, cfg: Config, mode: str, n: int, output: str, trace: Path) -> None:
+    """`--count`: the store's calls, Django's commits and statements, fsyncs and Redis commands, a message each."""
+    import json
+
+    lines = [line for line in output.splitlines() if line.startswith("COUNTS ")]
+    counts: dict[str, int] = json.loads(lines[-1][7:]) if lines else {}
+    if trace.exists():
+        for line in trace.read_text().splitlines():
+            parts = line.split()
+            if parts and parts[-1] in ("fsync", "fdatasync"):
+                counts[f"syscall.{parts[-1]}"] = int(parts[3])
+    if cfg.store == "redis":
+        counts.update({f"redis.{k}": v for k, v in ctx.servers.redis.command_calls().items()})
+    for name, calls in sorted(counts.items()):
+        print(f"    {cfg.key} {mode} count {name}: {calls} ({calls / n:.4f} a message)", flush=True)
+
+
 def instructions(out: Path) -> int:
     """The instructions callgrind counted in a run, all threads (`--callgrind`)."""
     for line in out.read_text().splitlines():
@@ -181,6 +248,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--spy", action="store_true", help="py-spy (CPU samples) every run, summarised by bench/stacks.py")
     p.add_argument("--top", type=int, default=40)
     p.add_argument(
+        "--count",
+        action="store_true",
+        help="count the store's calls, Django's commits and statements, fsyncs (strace) and Redis commands a message",
+    )
+    p.add_argument(
         "--callgrind",
         action="store_true",
         help="run the worker under valgrind's callgrind: instructions a message, repeatable under load (rates not)",
@@ -189,7 +261,9 @@ def main(argv: list[str] | None = None) -> int:
     stores = args.stores.split(",")
     cfgs = [c for c in (*OURS, OURS_REDIS_CLUSTER) if (c.store if c.store.startswith("redis") else c.db) in stores]
     modes = args.modes.split(",")
-    ns = types.SimpleNamespace(n=args.n, size=args.size, libs="", measures="", callgrind=args.callgrind)
+    ns = types.SimpleNamespace(
+        n=args.n, size=args.size, libs="", measures="", callgrind=args.callgrind, count=args.count
+    )
     results: dict[tuple[str, str], list[tuple[float, float]]] = {}
     PROFILES.mkdir(parents=True, exist_ok=True)
     with Servers() as servers:

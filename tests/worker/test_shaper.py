@@ -165,3 +165,34 @@ async def test_the_read_before_a_new_connection_is_begun_after_the_call_and_shar
     two._view_at = None  # stale: a read in the background begins
     two.refresh_soon()  # a read under way when `current` is called may have begun before a record: one more
     assert await two.current("b.test") is None and reads == 4
+
+
+class CountingStore(MemoryStore):
+    """A memory store that lists each take: (tokens wanted, tokens reported done)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.takes: list[tuple[int, int]] = []
+
+    def take_tokens(self, key: str, **kwargs: Any) -> int:
+        self.takes.append((kwargs["want"], kwargs.get("done", 0)))
+        return super().take_tokens(key, **kwargs)
+
+
+async def test_a_rate_that_does_not_bind_costs_one_take_a_batch_and_no_report_of_its_own() -> None:
+    """Issue 20, line 5: `make bench`'s `deliver.1.shaped` (`RATE "100000/s"`) must cost nothing beside the
+    unshaped run, so its tokens done wait for the next take (one per 5,000 messages), never a round trip alone."""
+    store, clock = CountingStore(), FakeClock()
+    woken = asyncio.Event()
+    s = shaper(store, clock, ROUTES={"*": {"HOST": "192.0.2.1", "RATE": "100000/s"}})
+    s.wake = woken.set
+    assert isinstance(s.admit(item(store, clock, "u@a.test")), Wait)
+    await asyncio.wait_for(woken.wait(), 5)
+    for n in range(300):  # as a worker does: admitted, delivered, the slot given back; the takes' period apart
+        ticket = s.admit(item(store, clock, f"u{n}@a.test"))
+        assert isinstance(ticket, Ticket)
+        s.release(ticket)
+        if n % 100 == 99:
+            await asyncio.sleep(0.06)  # past REPORT_AFTER of the period: a report alone would have gone
+    assert store.takes == [(5000, 0)]
+    assert sum(s.tokens.unreported.values()) == 300  # carried by the next take
