@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.backends.utils import CursorWrapper
 from django.db.models import Field, Q
 
 from .core.errors import Code, QueueError
 from .core.items import QueueItem, RecipientOutcome, RecipientState, address_domain
 from .models import DeliveryRecord
 from .stores.orm.pg_binding import binary_cursor
+from .stores.orm.sqlite import own_cursor
 from .stores.orm.sqlite_wait import wait_for_lock
 from .stores.orm.threads import DatabaseThreads, drop_if_broken
 
@@ -46,11 +49,12 @@ class History:
             return
         conn = connections[self.alias]
         drop_if_broken(conn)
-        item_id = _FIELDS[0].get_db_prep_save
-        recorded = _FIELDS[-1].get_db_prep_save
+        # the fields' get_db_prep_save, less the steps that change nothing for a UUID and an aware datetime
+        native_uuid = conn.features.has_native_uuid_field
+        recorded = conn.ops.adapt_datetimefield_value
         rows = [
             (
-                item_id(e.item.id, conn),
+                e.item.id if native_uuid else e.item.id.hex,
                 e.item.message_id[:998],
                 e.item.sender,
                 e.outcome.address,
@@ -64,7 +68,7 @@ class History:
                 e.attempt,
                 e.possibly_delivered,
                 e.lease_lost,
-                recorded(e.recorded, conn),
+                recorded(e.recorded),
             )
             for e in entries
         ]
@@ -81,11 +85,14 @@ class History:
             self._insert(conn, rows)
 
     def _insert(self, conn: BaseDatabaseWrapper, rows: list[tuple[Any, ...]]) -> None:
+        """On SQLite through `sqlite3`'s own cursor (`own_cursor`): Django's would rewrite the `%s` of a
+        statement of up to 999 parameters for each batch."""
         size = max(1, conn.ops.bulk_batch_size(_FIELDS, rows))
-        with transaction.atomic(using=self.alias, savepoint=False), conn.cursor() as cursor:
+        cursor_of = own_cursor if conn.vendor == "sqlite" else _django_cursor
+        with transaction.atomic(using=self.alias, savepoint=False), cursor_of(conn) as (cursor, qmark):
             for start in range(0, len(rows), size):
                 batch = rows[start : start + size]
-                cursor.execute(_insert_sql(conn, len(batch)), [value for row in batch for value in row])
+                cursor.execute(_insert_sql(conn, len(batch), qmark), [value for row in batch for value in row])
 
     async def arecord(self, entries: Sequence[HistoryEntry]) -> None:
         """Write the records, committed, in one try; STORE_UNAVAILABLE when the database refused them
@@ -161,10 +168,17 @@ _POSTGRES_INSERT = (
 )
 
 
-def _insert_sql(conn: BaseDatabaseWrapper, rows: int) -> str:
+@contextlib.contextmanager
+def _django_cursor(conn: BaseDatabaseWrapper) -> Iterator[tuple[CursorWrapper, bool]]:
+    with conn.cursor() as cursor:
+        yield cursor, False
+
+
+def _insert_sql(conn: BaseDatabaseWrapper, rows: int, qmark: bool = False) -> str:
+    """The insert of `rows` rows, its placeholders `%s` (`?` with `qmark`: `sqlite3`'s own cursor)."""
     quote = conn.ops.quote_name
     columns = ", ".join(quote(str(field.column)) for field in _FIELDS)
-    placeholders = [["%s"] * len(_FIELDS)] * rows
+    placeholders = [["?" if qmark else "%s"] * len(_FIELDS)] * rows
     values = conn.ops.bulk_insert_sql(_FIELDS, placeholders)  # type: ignore[arg-type] # rows of placeholders
     return f"INSERT INTO {quote(DeliveryRecord._meta.db_table)} ({columns}) {values}"  # noqa: S608 - no input
 

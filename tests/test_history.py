@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from django.conf import settings
@@ -91,3 +92,25 @@ def test_every_field_of_every_entry_is_recorded(alias: str, request: pytest.Fixt
             n == 1,
             datetime(2026, 1, 2, 3, 4, 5, n, tzinfo=UTC),
         )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_sqlite_takes_the_insert_as_written_through_execute_wrappers() -> None:
+    """On SQLite the insert reaches `sqlite3`'s own cursor with `?` (no `%s` rewrite of its hundreds of
+    parameters); a site's `execute_wrapper` still sees it, and the rows are Django's."""
+    from django.db import connection
+
+    seen: list[str] = []
+
+    def wrapper(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        seen.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(wrapper):
+        History("default").record([_entry(n, RecipientState.DELIVERED, Reply(250, "2.0.0", "ok")) for n in range(80)])
+    inserts = [sql for sql in seen if sql.startswith("INSERT INTO")]
+    assert len(inserts) == 2 and all("?" in sql and "%s" not in sql for sql in inserts)
+    assert (
+        DeliveryRecord.objects.filter(item_id=uuid.UUID(int=1)).get().recorded
+        == _entry(0, RecipientState.DELIVERED, Reply(250, "", "")).recorded
+    )

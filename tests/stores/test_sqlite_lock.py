@@ -9,6 +9,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 import pytest
 from django.db import DatabaseError, connections, transaction
@@ -143,10 +144,17 @@ class ChangingDialect(SqliteDialect):
     change: Callable[[], object] | None = None
 
     def lock(self, item_ids: Sequence[uuid.UUID]) -> list[ItemRow]:
+        self._change()
+        return super().lock(item_ids)
+
+    def lock_leases(self, item_ids: Sequence[uuid.UUID]) -> set[tuple[Any, ...]] | None:
+        self._change()
+        return super().lock_leases(item_ids)
+
+    def _change(self) -> None:
         if self.connection.in_atomic_block and self.change is not None:
             change, self.change = self.change, None
             change()
-        return super().lock(item_ids)
 
 
 class ChangedBeforeTheLock(OrmStore):

@@ -18,10 +18,11 @@ from django.db.backends.utils import CursorWrapper
 from django.db.models import Q, QuerySet
 from django.db.models.functions import Lower
 
-from ...core.items import NewItem, QueueItem
+from ...core.items import NewItem, QueueItem, Suppression
 from ...core.search import terms
 from ...core.shaping import Window
 from ...models import QueuedRecipient
+from . import suppression
 from .rows import ItemRow, RecipientRow
 from .statements import statement
 from .threads import DatabaseThreads
@@ -87,6 +88,11 @@ class Dialect(abc.ABC):
     def lock(self, item_ids: Sequence[uuid.UUID]) -> list[ItemRow]:
         """Lock the items' rows for the rest of the transaction, and read them."""
 
+    def lock_leases(self, item_ids: Sequence[uuid.UUID]) -> set[tuple[Any, ...]] | None:
+        """Lock the items' rows as `lock` does, and read only (seq, owner, revision) of each (`rows.lease_fields`);
+        None: this dialect locks whole rows only (`lock`)."""
+        return None
+
     @abc.abstractmethod
     def recipients(self, seqs: Sequence[int]) -> dict[int, list[RecipientRow]]:
         """The recipients' rows of the items by `seq`, in order; every seq asked is a key."""
@@ -116,6 +122,10 @@ class Dialect(abc.ABC):
     @abc.abstractmethod
     def read_messages(self, item_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, bytes]:
         """The messages of the items that have one."""
+
+    def suppressed(self, addresses: Sequence[str], since_us: int) -> dict[str, Suppression]:
+        """The suppression list's entries of `addresses` since `since_us`: through the ORM here."""
+        return suppression.look_up(self.alias, addresses, since_us)
 
     @abc.abstractmethod
     def queue_names(self, limit: int) -> list[str]:

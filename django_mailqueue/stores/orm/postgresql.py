@@ -144,6 +144,9 @@ class PostgresDialect(HandWritten, PortableDialect):
     def lock(self, item_ids: Sequence[uuid.UUID]) -> list[ItemRow]:
         return self._item_rows("lock", item_ids)
 
+    def lock_leases(self, item_ids: Sequence[uuid.UUID]) -> set[tuple[Any, ...]] | None:
+        return set(self._item_rows("lock_leases", item_ids))
+
     def _item_rows(self, name: str, item_ids: Sequence[uuid.UUID]) -> list[ItemRow]:
         with self.cursor() as cursor:
             cursor.execute(statement(self.name, name), [list(item_ids)])

@@ -113,10 +113,14 @@ class CompletionPlan:
 
 
 def plan_completions(
-    requests: Sequence[CompleteRequest], rows: Sequence[ItemRow], recipients: dict[int, list[RecipientRow]]
+    requests: Sequence[CompleteRequest],
+    rows: Sequence[ItemRow],
+    recipients: dict[int, list[RecipientRow]],
+    items: dict[int, QueueItem] | None = None,
 ) -> CompletionPlan:
     """The outcome of each request, applied only for the lease's owner at the revision it claimed: the
-    item after it, None for an item gone, LEASE_LOST otherwise. A pure function of the rows read."""
+    item after it, None for an item gone, LEASE_LOST otherwise. A pure function of the rows read (`items`:
+    the item each row holds, by seq, when the caller has it: `to_item` is not made again)."""
     plan = CompletionPlan()
     by_id = {row[1]: row for row in rows}
     revision = {item_id: row[10] for item_id, row in by_id.items()}
@@ -135,7 +139,7 @@ def plan_completions(
                 )
             )
             continue
-        before = to_item(row, recipients[seq])
+        before = items[seq] if items is not None else to_item(row, recipients[seq])
         after = apply_completion(before, request.completion)
         plan.answers.append(after)
         revision[request.item_id] = after.revision  # a second request for the same item is stale

@@ -17,7 +17,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 
 from ...core.clock import from_micros
-from ...core.items import NewItem, QueueItem, address_domain, as_added
+from ...core.items import NewItem, QueueItem, Reply, Suppression, address_domain, as_added
 from .base import HandWritten
 from .portable import PortableDialect
 from .rows import TEXT_LIMITS, ItemRow, RecipientRow, added_values
@@ -113,6 +113,14 @@ class SqliteDialect(HandWritten, PortableDialect):
     def lock(self, item_ids: Sequence[uuid.UUID]) -> list[ItemRow]:
         return self._item_rows("lock", [i.hex for i in item_ids])
 
+    def lock_leases(self, item_ids: Sequence[uuid.UUID]) -> set[tuple[Any, ...]] | None:
+        leases: set[tuple[Any, ...]] = set()
+        with self.cursor() as cursor:
+            for chunk in _chunks([i.hex for i in item_ids]):
+                cursor.execute(_in(statement(self.name, "lock_leases"), chunk), chunk)
+                leases.update(cursor.fetchall())
+        return leases
+
     def _item_rows(self, name: str, ids: list[str]) -> list[ItemRow]:
         rows: list[ItemRow] = []
         with self.cursor() as cursor:
@@ -120,6 +128,27 @@ class SqliteDialect(HandWritten, PortableDialect):
                 cursor.execute(_in(statement(self.name, name), chunk), chunk)
                 rows.extend(self.item_row(row) for row in cursor.fetchall())
         return rows
+
+    def read_messages(self, item_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, bytes]:
+        """One statement a chunk of ids, not the ORM's join (its query built and its ids converted each time)."""
+        found: dict[uuid.UUID, bytes] = {}
+        of_hex = {i.hex: i for i in item_ids}
+        with self.cursor() as cursor:
+            for chunk in _chunks(list(of_hex)):
+                cursor.execute(_in(statement(self.name, "read_messages"), chunk), chunk)
+                found.update((of_hex[item_id], bytes(data)) for item_id, data in cursor.fetchall())
+        return found
+
+    def suppressed(self, addresses: Sequence[str], since_us: int) -> dict[str, Suppression]:
+        """One statement a chunk of addresses (the worker's look-up of a claimed batch), not the ORM's query."""
+        found: dict[str, Suppression] = {}
+        with self.cursor() as cursor:
+            for chunk in _chunks(list(dict.fromkeys(addresses))):
+                cursor.execute(_in(statement(self.name, "suppressed"), chunk), [*chunk, since_us])
+                for address, code, status, text, since, item_id in cursor.fetchall():
+                    held = uuid.UUID(hex=item_id) if item_id is not None else None
+                    found[address] = Suppression(address, Reply(code, status, text), from_micros(since), held)
+        return found
 
     def recipients(self, seqs: Sequence[int]) -> dict[int, list[RecipientRow]]:
         found: dict[int, list[RecipientRow]] = {seq: [] for seq in seqs}
@@ -160,20 +189,27 @@ class SqliteDialect(HandWritten, PortableDialect):
 
 @contextmanager
 def add_cursor(conn: BaseDatabaseWrapper) -> Iterator[tuple[CursorWrapper, Callable[[str, int], str]]]:
-    """A cursor for the add's statements, and how to write them (`with_rows`' arguments): `sqlite3`'s own
-    cursor in Django's wrapper (`execute_wrapper`s, errors as Django's, the transaction's state checked),
-    taking statements written with SQLite's `?`, without the `%s` → `?` rewrite Django's SQLite cursor
-    makes of every statement; Django's cursor and `%s` when its query log is on (`DEBUG`, a test's
-    capture), which formats a statement's parameters into its `%s`."""
+    """A cursor for the add's statements, and how to write them (`with_rows`' arguments): `own_cursor`'s."""
+    with own_cursor(conn) as (cursor, qmark):
+        yield cursor, _qmark if qmark else _percent
+
+
+@contextmanager
+def own_cursor(conn: BaseDatabaseWrapper) -> Iterator[tuple[CursorWrapper, bool]]:
+    """A cursor for statements of many parameters, and whether they take SQLite's `?` (True) or `%s`:
+    `sqlite3`'s own cursor in Django's wrapper (`execute_wrapper`s, errors as Django's, the transaction's
+    state checked), without the `%s` → `?` rewrite Django's SQLite cursor makes of every statement;
+    Django's cursor and `%s` when its query log is on (`DEBUG`, a test's capture), which formats a
+    statement's parameters into its `%s`."""
     if conn.queries_logged:
         with conn.cursor() as cursor:
-            yield cursor, _percent
+            yield cursor, False
         return
     conn.ensure_connection()
     conn.validate_thread_sharing()
     raw = conn.connection.cursor()
     try:
-        yield conn.make_cursor(raw), _qmark
+        yield conn.make_cursor(raw), True
     finally:
         raw.close()
 

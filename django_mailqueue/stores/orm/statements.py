@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from importlib import resources
 
-from ...models import QueuedItem, QueuedMessage, QueuedRecipient, RateBucket, Suspension
+from ...models import QueuedItem, QueuedMessage, QueuedRecipient, RateBucket, SuppressedAddress, Suspension
 from .rows import ITEM_FIELDS, RECIPIENT_FIELDS
 
 #: What a statement's file may name in braces, filled in when it is loaded; the other `{…}` parts
@@ -16,6 +16,7 @@ NAMES = {
     "{messages}": QueuedMessage._meta.db_table,
     "{buckets}": RateBucket._meta.db_table,
     "{suspensions}": Suspension._meta.db_table,
+    "{suppressed}": SuppressedAddress._meta.db_table,
     "{item_columns}": ", ".join(ITEM_FIELDS),
     "{recipient_columns}": ", ".join(RECIPIENT_FIELDS),
 }

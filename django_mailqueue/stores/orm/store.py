@@ -7,6 +7,7 @@ import builtins
 import contextlib
 import functools
 import inspect
+import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
@@ -49,7 +50,7 @@ from . import failed, queries, shaping, suppression
 from .base import Dialect
 from .portable import PortableDialect
 from .postgresql import PostgresDialect
-from .rows import ItemRow, lease_fields, plan_completions, to_item
+from .rows import ItemRow, RecipientRow, lease_fields, plan_completions, to_item
 from .sqlite import SqliteDialect
 from .threads import DatabaseThreads, drop_if_broken
 
@@ -57,6 +58,10 @@ _T = TypeVar("_T")
 _P = ParamSpec("_P")
 
 _ADD_LOCK = "add"
+#: Claimed items' rows a store keeps for their completions, at most (the oldest go first).
+CLAIMED_KEPT = 10_000
+#: Item rows, their recipients' rows by seq, and (when known) the items they hold by seq.
+_Rows = tuple[builtins.list[ItemRow], dict[int, builtins.list[RecipientRow]], dict[int, QueueItem] | None]
 #: The dialect of each Django database vendor; any other vendor speaks the portable one.
 DIALECTS: dict[str, type[Dialect]] = {"sqlite": SqliteDialect, "postgresql": PostgresDialect}
 
@@ -106,6 +111,10 @@ class OrmStore(QueueStore):
         self._lock_row_made = False
         kind = self.dialect_class or dialect_for(connections[self.alias].vendor)
         self.dialect: Dialect = kind(self.alias, self._threads)
+        #: the rows (item's, recipients') this store's claims returned, by item id, until the item's completion:
+        #: a completion whose locked rows still show the claim (seq, owner, revision) is decided from them
+        self._claimed: dict[uuid.UUID, tuple[ItemRow, builtins.list[RecipientRow], QueueItem]] = {}
+        self._claimed_lock = threading.Lock()
 
     @classmethod
     def check_options(cls, options: Mapping[str, Any]) -> builtins.list[str]:
@@ -237,7 +246,28 @@ class OrmStore(QueueStore):
             recipients = self.dialect.recipients([row[0] for row in taken])
         lane_of = {name: i for i, name in enumerate(queues or ())}
         taken.sort(key=lambda row: (lane_of.get(row[7], 0), row[5], row[0]))  # queue, next_attempt, seq
-        return [to_item(row, recipients[row[0]]) for row in taken]
+        items = [to_item(row, recipients[row[0]]) for row in taken]
+        with self._claimed_lock:
+            claimed = self._claimed
+            for row, item in zip(taken, items, strict=True):
+                claimed[item.id] = (row, recipients[row[0]], item)
+            for _ in range(len(claimed) - CLAIMED_KEPT):  # the oldest first
+                del claimed[next(iter(claimed))]
+        return items
+
+    def _take_claimed(self, ids: builtins.list[uuid.UUID]) -> _Rows | None:
+        """The rows this store's claims returned for `ids` and their items, forgotten here; None unless it has
+        every one."""
+        with self._claimed_lock:
+            kept = [self._claimed.pop(item_id, None) for item_id in ids]
+        found = [entry for entry in kept if entry is not None]
+        if len(found) != len(ids) or len(set(ids)) != len(ids):
+            return None
+        return (
+            [row for row, _, _ in found],
+            {row[0]: rec for row, rec, _ in found},
+            {row[0]: it for row, _, it in found},
+        )
 
     @_own_write
     def renew(self, ids: Sequence[uuid.UUID], *, owner: str, lease_expires: datetime) -> builtins.list[uuid.UUID]:
@@ -283,21 +313,31 @@ class OrmStore(QueueStore):
             return []
         ids = [r.item_id for r in requests]
         dialect = self.dialect
-        early = None
-        if dialect.plans_before_lock and not self._connection.in_atomic_block:
+        # the rows as this store's claim returned them, else (SQLite) as read now: the outcomes are decided from
+        # them before the lock, and written when the locked rows show no change since (seq, owner, revision)
+        rows = self._take_claimed(ids)
+        if rows is None and dialect.plans_before_lock and not self._connection.in_atomic_block:
             with self._errors():
                 read = dialect.read(ids)
-                early = read, plan_completions(requests, read, dialect.recipients([row[0] for row in read]))
+                rows = read, dialect.recipients([row[0] for row in read]), None
+        early = None if rows is None else (rows[0], plan_completions(requests, *rows))
         adding = sum(len(r.completion.dsns) for r in requests)
         if adding and self.max_items is not None and not self._lock_row_made:
             self._make_lock_row()
         with self._write() as conn:
-            locked = dialect.lock(ids)
+            # with rows decided from, the lock reads only what shows a change since (the rows when it does)
+            leases = dialect.lock_leases(ids) if early is not None else None
+            locked: builtins.list[ItemRow] | None = None
+            if leases is None:
+                locked = dialect.lock(ids)
+                leases = lease_fields(locked)
             full = self._no_room(adding)
             planned = requests if full is None else [r for r in requests if not r.completion.dsns]
-            if full is None and early is not None and lease_fields(early[0]) == lease_fields(locked):
+            if full is None and early is not None and lease_fields(early[0]) == leases:
                 plan = early[1]
             else:
+                if locked is None:
+                    locked = dialect.read(ids)  # locked already
                 plan = plan_completions(planned, locked, dialect.recipients([row[0] for row in locked]))
             if plan.dropped:
                 dialect.drop(plan.dropped)
@@ -510,7 +550,7 @@ class OrmStore(QueueStore):
 
     def suppressed(self, addresses: Sequence[str], *, since: datetime) -> dict[str, Suppression]:
         with self._errors():
-            return suppression.look_up(self.alias, addresses, to_micros(since))
+            return self.dialect.suppressed(addresses, to_micros(since))
 
     def list_suppressed(
         self, *, since: datetime, search: str | None = None, offset: int = 0, limit: int = 100
