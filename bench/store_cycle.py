@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
                 requests.append(CompleteRequest(item.id, owner, item.revision, record.completion))
                 rows += record.history()
             if rows_with_outcome:
-                store.complete_many(requests, also=lambda rows=rows: history.record(rows))
+                store.complete_many(requests, also=lambda answers, rows=rows: history.record(rows))
             else:
                 history.record(rows)
                 store.complete_many(requests)
