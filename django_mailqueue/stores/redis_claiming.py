@@ -17,11 +17,17 @@ from . import redis_scripts as scripts
 from .base import QueueStore
 from .inputs import check_owner
 from .redis_clients import AsyncClient, SyncClient, T
-from .redis_layout import Keys, Shapes, fields, item_of, text
+from .redis_layout import Keys, Shapes, item_of, text
 
 #: The most read-then-claim rounds a claim makes while other workers take its candidates first: each round that
 #: goes again does so because another claim took (or dropped) what this one read, so they do not go on for long.
 ROUNDS = 8
+
+#: the fields of a claimed item claim.lua answers with, in its order (`FIELDS` there)
+CLAIMED_FIELDS = (
+    "id", "sender", "rcpts", "size", "created", "next", "attempts", "queue", "owner", "expires", "rev",
+    "reclaims", "delay", "mid", "subject", "failed", "domains", "words",
+)  # fmt: skip
 
 
 class Claimed:
@@ -231,7 +237,7 @@ class RedisClaiming(QueueStore):
         """Adds the claimed items to `claimed` (their queue and domains noted: the keys a later reschedule
         declares); whether the claim is done (no candidate lost to another worker, or `limit` reached)."""
         for raw in reply[1:]:
-            found = fields(raw)
+            found = {name: value.decode() for name, value in zip(CLAIMED_FIELDS, raw, strict=True) if value is not None}
             item = item_of(found)
             self._shapes.note(item.id, found)
             self._claimed.add(item)

@@ -23,16 +23,20 @@
 -- `rev`, and bumps `reclaims` when it takes an expired lease. A member whose item hash is gone is dropped
 -- here, with its message.
 --
--- Returns {skipped, hash, hash, …}: how many candidates were not taken because they had changed since the
+-- Returns {skipped, item, item, …}: how many candidates were not taken because they had changed since the
 -- read or were dropped (the store reads again when it got fewer than `limit` and skipped is above 0), then
--- per claimed item its hash after the claim as a flat list of fields and values, in claim order. A retry of a
--- call that ran (its marker found) returns the items that call claimed and the owner still holds, and claims
--- nothing.
+-- per claimed item the values of its hash's FIELDS (below) after the claim, in that order, in claim order. A
+-- retry of a call that ran (its marker found) returns the items that call claimed and the owner still holds,
+-- and claims nothing.
 local key, marker = declared(ARGV[1])
 local owner, now, expires = ARGV[2], ARGV[3], ARGV[4]
 local limit = tonumber(ARGV[5])
 local now_n, expires_n = tonumber(now), tonumber(expires)
 local leases_key, items_key, queues_key = key('leases'), key('items'), key('queues')
+
+-- what a claimed item's reply holds, in this order (redis_claiming.CLAIMED_FIELDS)
+local FIELDS = {'id', 'sender', 'rcpts', 'size', 'created', 'next', 'attempts', 'queue', 'owner', 'expires', 'rev',
+                'reclaims', 'delay', 'mid', 'subject', 'failed', 'domains', 'words'}
 
 local prior = replayed(marker)
 if prior then
@@ -40,7 +44,7 @@ if prior then
   for id in string.gmatch(prior, '[^ ]+') do
     local item = key('item:' .. id)
     if redis.call('HGET', item, 'owner') == owner then
-      table.insert(out, redis.call('HGETALL', item))
+      table.insert(out, redis.call('HMGET', item, unpack(FIELDS)))
     end
   end
   return out
@@ -186,7 +190,7 @@ for _, c in ipairs(chosen) do
   else
     redis.call('HSET', item, 'owner', owner, 'expires', expires, 'rev', c.rev + 1)
   end
-  out[#out + 1] = redis.call('HGETALL', item)
+  out[#out + 1] = redis.call('HMGET', item, unpack(FIELDS))
   claimed[#claimed + 1] = c.id
 end
 send('ZADD', leases_key, entering, n_entering)
