@@ -106,14 +106,14 @@ FROM (
 
 HISTORY_SQL = f"""
 INSERT INTO mailqueue_history (item_id, message_id, sender, recipient, domain, queue, state, reply_code,
-                               reply_status, reply_text, remote_mta, attempt, possibly_delivered, recorded)
+                               reply_status, reply_text, remote_mta, attempt, possibly_delivered, recorded, lease_lost)
 SELECT md5('mqh-' || (i / 2))::uuid, '<h' || (i / 2) || '@shop.example>', 'noreply@shop.example',
        local || '@' || dom, dom, queue, state,
        CASE state WHEN 'delivered' THEN 250 WHEN 'deferred' THEN 451 ELSE 550 END,
        CASE state WHEN 'delivered' THEN '2.0.0' WHEN 'deferred' THEN '4.7.1' ELSE '5.1.1' END,
        CASE state WHEN 'delivered' THEN 'OK queued' WHEN 'deferred' THEN 'Greylisted' ELSE 'No such user' END,
        'mx.' || dom, 1 + i % 3, i % 2000 = 3,
-       to_timestamp(%(now_s)s - i * %(spacing)s)
+       to_timestamp(%(now_s)s - i * %(spacing)s), false
 FROM (
     SELECT i, {_LOCAL_SQL} AS local,
            CASE WHEN i % 50000 = 17 THEN '{RARE_DOMAIN}' ELSE {_DOMAIN_SQL} END AS dom,
@@ -327,12 +327,12 @@ def seed_sqlite(path: str, items: int, history: int) -> dict[str, float]:
         recorded = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(now_us / 1e6 - i * 2_592_000 / history))
         records.append((
             item_id(-(i // 2)).hex, f"<h{i // 2}@shop.example>", "noreply@shop.example", pick.address(domain), domain,
-            queue, state, 250, "2.0.0", "OK", f"mx.{domain}", 1 + i % 3, i % 2000 == 3, recorded,
+            queue, state, 250, "2.0.0", "OK", f"mx.{domain}", 1 + i % 3, i % 2000 == 3, recorded, False,
         ))  # fmt: skip
     conn.executemany(
         "INSERT INTO mailqueue_history (item_id, message_id, sender, recipient, domain, queue, state, reply_code, "
-        "reply_status, reply_text, remote_mta, attempt, possibly_delivered, recorded) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "reply_status, reply_text, remote_mta, attempt, possibly_delivered, recorded, lease_lost) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         records,
     )
     conn.commit()

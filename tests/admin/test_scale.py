@@ -92,12 +92,12 @@ def fill(alias: str, items: int) -> float:
             """
             INSERT INTO mailqueue_history (item_id, message_id, sender, recipient, domain, queue, state, reply_code,
                                            reply_status, reply_text, remote_mta, attempt, possibly_delivered,
-                                           recorded)
+                                           recorded, lease_lost)
             SELECT md5('mq-history-' || i)::uuid, '<' || i || '@origin.test>', 'sender@origin.test',
                    'user' || i || '@d' || (i %% 5000) || '.test', 'd' || (i %% 5000) || '.test',
                    CASE i %% 4 WHEN 0 THEN 'bulk' WHEN 1 THEN 'transactional' ELSE 'default' END,
                    CASE WHEN i %% 20 = 0 THEN 'failed' ELSE 'delivered' END, 250, '2.0.0', 'OK', 'mx.test', 1,
-                   i %% 5000 = 3, now() - (i * 2592000.0 / %(items)s) * interval '1 second'
+                   i %% 5000 = 3, now() - (i * 2592000.0 / %(items)s) * interval '1 second', false
             FROM generate_series(1::bigint, %(items)s) AS i
             """,
             {"items": items},
