@@ -67,6 +67,16 @@ end
 
 -- The items, their hashes read and the owner checked (a repeated id is read again in its turn).
 local items, answers, seen = {}, {}, {}
+
+-- Read item i's hash; its answer now if it is gone (-1) or no longer this lease's (0).
+local function check(i, c)
+  c.f = read(c.item_key)
+  if not c.f[3] then
+    answers[i] = -1
+  elseif c.f[1] ~= c.owner or c.f[2] ~= c.rev then
+    answers[i] = 0
+  end
+end
 local at = 4
 for i = 1, tonumber(ARGV[3]) do
   local c = {id = ARGV[at], owner = ARGV[at + 1], rev = ARGV[at + 2], mode = ARGV[at + 3], at = at}
@@ -79,12 +89,7 @@ for i = 1, tonumber(ARGV[3]) do
     c.again = true
   else
     seen[c.id] = true
-    c.f = read(c.item_key)
-    if not c.f[3] then
-      answers[i] = -1
-    elseif c.f[1] ~= c.owner or c.f[2] ~= c.rev then
-      answers[i] = 0
-    end
+    check(i, c)
   end
   items[i] = c
 end
@@ -100,12 +105,7 @@ flush()
 
 for i, c in ipairs(items) do
   if c.again then
-    c.f = read(c.item_key)
-    if not c.f[3] then
-      answers[i] = -1
-    elseif c.f[1] ~= c.owner or c.f[2] ~= c.rev then
-      answers[i] = 0
-    end
+    check(i, c)
   end
   local n = c.n
   if not answers[i] and n > 0 then
