@@ -16,6 +16,7 @@ from ..core.items import QueueItem
 from . import redis_scripts as scripts
 from .base import QueueStore
 from .inputs import check_owner
+from .kept import Kept
 from .redis_clients import AsyncClient, SyncClient, T
 from .redis_layout import Keys, Shapes, item_of, text
 
@@ -30,25 +31,18 @@ CLAIMED_FIELDS = (
 )  # fmt: skip
 
 
-class Claimed:
+class Claimed(Kept[QueueItem]):
     """The items this store claimed, as its claims left them, until their completion: complete.lua checks the
     owner and revision itself, so a completion made from the claimed item needs no read of it first (every
-    change to an item's outcome fields bumps its revision). Forgets everything past `MOST` items (their
+    change to an item's outcome fields bumps its revision). Past `MOST` items the oldest are forgotten (their
     completions then read the item, as any completion of an item this store did not claim)."""
 
-    MOST = 10_000
-
-    def __init__(self) -> None:
-        self._items: dict[uuid.UUID, QueueItem] = {}
-
     def add(self, item: QueueItem) -> None:
-        if len(self._items) >= self.MOST:
-            self._items.clear()
-        self._items[item.id] = item
+        self.put([(item.id, item)])
 
     def take(self, item_id: uuid.UUID, owner: str, revision: int) -> QueueItem | None:
         """The item as claimed by `owner` at `revision` (and forgotten), or None."""
-        item = self._items.pop(item_id, None)
+        (item,) = self.pop([item_id])
         return item if item is not None and item.owner == owner and item.revision == revision else None
 
 

@@ -7,7 +7,6 @@ import builtins
 import contextlib
 import functools
 import inspect
-import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
@@ -46,6 +45,7 @@ from ..inputs import (
     check_suspend,
     check_take,
 )
+from ..kept import Kept
 from . import failed, queries, shaping, suppression
 from .base import Dialect
 from .portable import PortableDialect
@@ -58,8 +58,6 @@ _T = TypeVar("_T")
 _P = ParamSpec("_P")
 
 _ADD_LOCK = "add"
-#: Claimed items' rows a store keeps for their completions, at most (the oldest go first).
-CLAIMED_KEPT = 10_000
 #: Item rows, their recipients' rows by seq, and (when known) the items they hold by seq.
 _Rows = tuple[builtins.list[ItemRow], dict[int, builtins.list[RecipientRow]], dict[int, QueueItem] | None]
 #: The dialect of each Django database vendor; any other vendor speaks the portable one.
@@ -113,8 +111,7 @@ class OrmStore(QueueStore):
         self.dialect: Dialect = kind(self.alias, self._threads)
         #: the rows (item's, recipients') this store's claims returned, by item id, until the item's completion:
         #: a completion whose locked rows still show the claim (seq, owner, revision) is decided from them
-        self._claimed: dict[uuid.UUID, tuple[ItemRow, builtins.list[RecipientRow], QueueItem]] = {}
-        self._claimed_lock = threading.Lock()
+        self._claimed: Kept[tuple[ItemRow, builtins.list[RecipientRow], QueueItem]] = Kept()
 
     @classmethod
     def check_options(cls, options: Mapping[str, Any]) -> builtins.list[str]:
@@ -247,19 +244,13 @@ class OrmStore(QueueStore):
         lane_of = {name: i for i, name in enumerate(queues or ())}
         taken.sort(key=lambda row: (lane_of.get(row[7], 0), row[5], row[0]))  # queue, next_attempt, seq
         items = [to_item(row, recipients[row[0]]) for row in taken]
-        with self._claimed_lock:
-            claimed = self._claimed
-            for row, item in zip(taken, items, strict=True):
-                claimed[item.id] = (row, recipients[row[0]], item)
-            for _ in range(len(claimed) - CLAIMED_KEPT):  # the oldest first
-                del claimed[next(iter(claimed))]
+        self._claimed.put((item.id, (row, recipients[row[0]], item)) for row, item in zip(taken, items, strict=True))
         return items
 
     def _take_claimed(self, ids: builtins.list[uuid.UUID]) -> _Rows | None:
         """The rows this store's claims returned for `ids` and their items, forgotten here; None unless it has
         every one."""
-        with self._claimed_lock:
-            kept = [self._claimed.pop(item_id, None) for item_id in ids]
+        kept = self._claimed.pop(ids)
         found = [entry for entry in kept if entry is not None]
         if len(found) != len(ids) or len(set(ids)) != len(ids):
             return None
