@@ -4,7 +4,9 @@ together, each comes back as the field `DkimSigner` writes inline, and the publi
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
+import time
 from pathlib import Path
 from unittest import mock
 
@@ -143,3 +145,36 @@ def test_a_failed_operation_leaves_that_message_unsigned_and_the_others_signed(
         thread.close()
     assert [bool(field) for field in fields] == [True, False, True]
     assert "could not sign a message (ValueError)" in caplog.text
+
+
+def test_a_busy_loop_hands_the_gil_to_the_thread_once_its_operation_is_over(
+    dns_server: DnsServer, tmp_path: Path
+) -> None:
+    """The loop holds the GIL (pure Python, no system call) while the thread's OpenSSL call ends: with a switch
+    interval that never expires, the thread gets the GIL back only when the loop hands it over (`_nudge`)."""
+    signer = rsa_signer(dns_server, tmp_path)
+    thread = SigningThread(signer)
+    with mock.patch.object(dkim.time, "time", return_value=WHEN):
+        ((original, pending),) = pendings(signer, 1)
+    fields: list[bytes] = []
+    worker = threading.Thread(target=lambda: fields.extend(thread._finish_all([pending])))
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1000.0)
+    try:
+        worker.start()
+        while thread._operation_since is None:  # until the thread is in its operation (the GIL released)
+            time.sleep(0.0001)
+        since = thread._operation_since
+        while thread._operation_since is since and time.perf_counter() - since <= 2 * thread._operation_time:
+            pass  # the loop's Python: the operation ends meanwhile, and the thread waits for the GIL
+        for _ in range(5000):  # each waits up to 0.5 ms for the thread (longer if the operation is still running)
+            if thread._operation_since is not since:
+                break
+            thread._nudge()
+        back = thread._operation_since is not since
+    finally:
+        sys.setswitchinterval(interval)
+        worker.join(10)
+    assert back and thread.gil_hand_offs >= 1
+    with mock.patch.object(dkim.time, "time", return_value=WHEN):
+        assert fields[0] + original == signer.sign(original)
