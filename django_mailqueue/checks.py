@@ -143,12 +143,14 @@ def check_sqlite_options(app_configs: Any = None, **kwargs: Any) -> list[CheckMe
 @register(Tags.compatibility)
 def check_dkim_keys(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """mailqueue.E023: a DKIM key that cannot sign; mailqueue.I002: the TXT record each key needs published."""
-    from .dkim import DkimKeyError, load_key, zone_line
-
     try:
         parsed = get_settings()
     except QueueSettingsError:
         return []  # reported by check_mailqueue_settings
+    if not parsed.dkim:
+        return []
+    from .dkim import DkimKeyError, load_key, zone_line  # here: only where DKIM is set (docs/performance.md)
+
     messages: list[CheckMessage] = []
     for entry in parsed.dkim.values():
         try:

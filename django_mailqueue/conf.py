@@ -7,7 +7,7 @@ import functools
 import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings as django_settings
 from django.core.signals import setting_changed
@@ -16,7 +16,6 @@ from django.utils.module_loading import import_string
 
 from . import validation as rules
 from .core.errors import QueueSettingsError
-from .dkim import DkimEntry, parse_dkim
 from .routes import MxRoute as MxRoute  # the route types are named here too: the settings hold them
 from .routes import RelayRoute as RelayRoute
 from .routes import Route as Route
@@ -25,6 +24,9 @@ from .routes import django_relay, parse_routes
 from .shaping import Shaping, parse_shaping
 from .suppression import SuppressionSettings, parse_suppression
 from .validation import InvalidValueError, Validator
+
+if TYPE_CHECKING:
+    from .dkim import DkimEntry
 
 #: The stores this package ships, by the path `STORE["BACKEND"]` names them.
 BUILTIN_STORES = (
@@ -200,6 +202,12 @@ def _timeouts(value: Any) -> Timeouts:
             except InvalidValueError as exc:
                 raise InvalidValueError(f"{key} {exc}") from None
     return Timeouts(**values)
+
+
+def _dkim(value: Any) -> Mapping[str, DkimEntry]:
+    from .dkim import parse_dkim  # here: a worker without DKIM never imports the signer (docs/performance.md)
+
+    return parse_dkim(value)
 
 
 def _metrics_collector(value: Any) -> bool:
@@ -385,7 +393,7 @@ KEYS: tuple[SettingKey, ...] = (
         "dkim",
         "mailqueue.E023",
         {},
-        parse_dkim,
+        _dkim,
         'From domain (or "*" with DOMAIN) -> SELECTOR, PRIVATE_KEY, ALGORITHM, HEADERS: the worker signs with it',
     ),
     SettingKey(

@@ -11,6 +11,7 @@ import logging
 import ssl
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING
 
 from ..conf import MxRoute, QueueSettings, RelayRoute, Route
 from ..core.clock import Clock, SystemClock
@@ -19,7 +20,6 @@ from ..core.items import RecipientOutcome, RecipientState, Reply
 from ..core.masking import SecretMask
 from ..core.observer import Observer
 from ..core.shaping import Suspension
-from ..dkim import DkimSigner
 from ..shaping import DestinationPolicy, probe_seconds
 from . import replies
 from .addresses import EnvelopeAddress, parse_address, parse_sender
@@ -27,11 +27,14 @@ from .attempt import AttemptResult, Destination, PreparedMessage, Progress
 from .destinations import DestinationGate, DestinationReport, suspended_reply, unreachable
 from .mta_sts import StsPolicies, StsPolicy
 from .resolver import DnsResolver, MailHost, MxResolver, Resolution, ip_literal
-from .signing import SigningThread
 from .smtp import SmtpTransport
 from .tls import RelayContextFactory, mx_context, mx_verified_context, relay_context
 from .transport import DestinationError, Envelope, SessionReport, Target, TlsPolicy, Transport
 from .wire import dot_stuff, has_8bit, headers_need_smtputf8, normalize_line_endings
+
+if TYPE_CHECKING:
+    from ..dkim import DkimSigner
+    from .signing import SigningThread
 
 logger = logging.getLogger("django_mailqueue.delivery")
 
@@ -46,6 +49,20 @@ _SIGNED_IN_THREAD = frozenset({b"rsa-sha256"})
 
 def _signed(signer: DkimSigner | None, normalized: bytes) -> bytes:
     return normalized if signer is None else signer.sign(normalized)
+
+
+def _signer_of(settings: QueueSettings) -> DkimSigner | None:
+    if not settings.dkim:
+        return None  # the signer's modules are imported only where DKIM is set (docs/performance.md)
+    from ..dkim import DkimSigner
+
+    return DkimSigner.from_settings(settings.dkim)
+
+
+def _signing_thread(signer: DkimSigner) -> SigningThread:
+    from .signing import SigningThread
+
+    return SigningThread(signer)
 
 
 class Deliverer:
@@ -90,9 +107,9 @@ class Deliverer:
         self._mx_context: ssl.SSLContext | None = None
         self._relay_contexts: dict[RelayRoute, ssl.SSLContext] = {}
         #: DKIM keys are read here, once per worker: a bad one stops the worker before it claims anything
-        self._signer = signer or DkimSigner.from_settings(settings.dkim)
+        self._signer = signer or _signer_of(settings)
         #: the thread RSA signatures' private-key operations run in, handed over in batches
-        self._signing = None if self._signer is None else SigningThread(self._signer)
+        self._signing = None if self._signer is None else _signing_thread(self._signer)
         # MTA-STS looks names up through MAILQUEUE["DNS"]: not behind the back of an injected resolver
         self._sts = mta_sts or (StsPolicies(settings.dns) if settings.mta_sts and resolver is None else None)
         self._sts_context: ssl.SSLContext | None = None

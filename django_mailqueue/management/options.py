@@ -16,18 +16,9 @@ from ..core.errors import QueueError
 from ..core.items import ItemState
 from ..selection import Action, BulkReport, Outcome, Selection, domain_filter, parse_age, run_action
 from ..stores import get_store
+from .arguments import positive as positive  # the commands' whole numbers, here too
 
 FILTER_OPTIONS = "--state, --queue, --domain, --search, --older-than"
-
-
-def positive(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return number
 
 
 def item_id(value: str) -> uuid.UUID:

@@ -19,7 +19,7 @@ from ...core.errors import QueueError
 from ...metrics import NEEDS_EXTRA, prometheus_installed
 from ...stores.redis_checks import worker_refusal
 from ...worker import Worker, WorkerStats, build_worker
-from ..options import positive
+from ..arguments import positive
 
 if TYPE_CHECKING:
     from ...metrics.worker import MetricsServer

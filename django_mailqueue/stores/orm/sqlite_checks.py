@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import django
 from django.core import checks
 from django.core.checks import CheckMessage
 
 from .. import configured_store_class
+
+if TYPE_CHECKING:
+    from .store import OrmStore
 
 #: Seconds a connection waits for SQLite's write lock that this check recommends (Django's default: 5).
 TIMEOUT = 20
@@ -35,14 +39,23 @@ def recommended_options(options: Mapping[str, Any], *, django_version: tuple[int
     return missing
 
 
+def _loaded_orm_store() -> type[OrmStore]:
+    """`OrmStore`, when its module is loaded. `configured_store_class` imports the configured class before it
+    calls this: a configured OrmStore (or a subclass) has loaded the module, and when it is not loaded no OrmStore
+    is configured — importing it here would only lengthen every other store's worker start."""
+    store = sys.modules.get(f"{__package__}.store")
+    if store is None:
+        raise ImportError("the configured store is not an OrmStore")
+    found: type[OrmStore] = store.OrmStore
+    return found
+
+
 def sqlite_option_infos() -> list[CheckMessage]:
     """I010 when the configured store is an OrmStore on a SQLite database without those settings."""
     from django.conf import settings as django_settings
     from django.db import connections
 
-    from .store import OrmStore
-
-    found = configured_store_class(lambda: OrmStore)
+    found = configured_store_class(_loaded_orm_store)
     if found is None:
         return []
     settings, _ = found

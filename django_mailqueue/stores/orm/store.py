@@ -49,9 +49,7 @@ from ..kept import Kept
 from . import failed, queries, shaping, suppression
 from .base import Dialect
 from .portable import PortableDialect
-from .postgresql import PostgresDialect
 from .rows import ItemRow, RecipientRow, lease_fields, plan_completions, to_item
-from .sqlite import SqliteDialect
 from .threads import DatabaseThreads, drop_if_broken
 
 _T = TypeVar("_T")
@@ -60,13 +58,20 @@ _P = ParamSpec("_P")
 _ADD_LOCK = "add"
 #: Item rows, their recipients' rows by seq, and (when known) the items they hold by seq.
 _Rows = tuple[builtins.list[ItemRow], dict[int, builtins.list[RecipientRow]], dict[int, QueueItem] | None]
-#: The dialect of each Django database vendor; any other vendor speaks the portable one.
-DIALECTS: dict[str, type[Dialect]] = {"sqlite": SqliteDialect, "postgresql": PostgresDialect}
 
 
 def dialect_for(vendor: str) -> type[Dialect]:
-    """The dialect of a Django database backend's `vendor`."""
-    return DIALECTS.get(vendor, PortableDialect)
+    """The dialect of a Django database backend's `vendor`; any other vendor speaks the portable one. Each
+    dialect's module is imported for its vendor only (a worker on SQLite never loads PostgreSQL's)."""
+    if vendor == "sqlite":
+        from .sqlite import SqliteDialect
+
+        return SqliteDialect
+    if vendor == "postgresql":
+        from .postgresql import PostgresDialect
+
+        return PostgresDialect
+    return PortableDialect
 
 
 def _takes_also(method: Callable[..., object]) -> bool:
