@@ -147,7 +147,11 @@ class QueueItem:
 
     @property
     def pending(self) -> tuple[Recipient, ...]:
-        return tuple(r for r in self.recipients if r.state is RecipientState.PENDING)
+        recipients = self.recipients
+        for r in recipients:
+            if r.state is not RecipientState.PENDING:
+                return tuple(r for r in recipients if r.state is RecipientState.PENDING)
+        return recipients  # all pending, as a claimed item's usually are: no new tuple (read ~5 times an attempt)
 
     @property
     def done(self) -> bool:
@@ -325,16 +329,24 @@ def apply_completion(item: QueueItem, completion: Completion) -> QueueItem:
             recipients.append(r)
         else:
             recipients.append(Recipient(r.address, decided.state, decided.reply, decided.remote_mta))
-    after = replace(
-        item,
+    # Made whole, not by `dataclasses.replace` (its walk over the fields is most of this function's time).
+    after = QueueItem(
+        id=item.id,
+        sender=item.sender,
         recipients=tuple(recipients),
-        attempts=item.attempts + (1 if completion.count_attempt else 0),
+        size=item.size,
+        created=item.created,
         next_attempt=completion.next_attempt,
+        attempts=item.attempts + (1 if completion.count_attempt else 0),
+        queue=item.queue,
         owner=None,
         lease_expires=None,
         revision=item.revision + 1,
         reclaims=0,
         delay_warned=item.delay_warned or completion.delay_warned,
+        message_id=item.message_id,
+        subject=item.subject,
+        failed_at=item.failed_at,
     )
     if completion.keep_failed and kept_failed(after):
         return replace(after, next_attempt=NEVER, failed_at=completion.now)

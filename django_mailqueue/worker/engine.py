@@ -13,7 +13,6 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
 
 from .. import signals
 from ..conf import QueueSettings
@@ -31,7 +30,7 @@ from .admission import ShapingSteps
 from .attempt import PREFETCH_SIZE, Attempt, AttemptDeliverer, Retry
 from .batching import Batcher
 from .dsn import original_header_block
-from .events import Event, tell
+from .events import Event, tell, tell_batch
 from .flow import RECORD_LINGER, Flow
 from .log_limit import LogLimit
 from .record import AttemptOutcome, message_lost, reclaimed_too_often
@@ -155,6 +154,8 @@ class Worker(ShapingSteps, RecordingSteps):
             more_coming=lambda: self._flow.more_coming,
             enough=self._flow.batch_enough,
         )
+        #: the signals of outcomes recorded together, told in one thread hand-off (each attempt waits for its own)
+        self._told: Batcher[Sequence[Event], None] = Batcher(lambda batch: tell_batch(type(self.store), batch))
 
     @property
     def bytes_in_flight(self) -> int:
@@ -173,6 +174,7 @@ class Worker(ShapingSteps, RecordingSteps):
     def stop(self) -> None:
         """Claim nothing more; let attempts under way finish; give back the rest."""
         self._stopping.set()
+        self._changed.set()  # the loop's wait (`_idle`) ends
 
     # --- the loop -------------------------------------------------------------------
 
@@ -186,6 +188,7 @@ class Worker(ShapingSteps, RecordingSteps):
                 await asyncio.gather(*self._running, return_exceptions=True)
             await self._completions.close()
             await self._history.close()
+            await self._told.close()
             renewer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await renewer
@@ -283,21 +286,21 @@ class Worker(ShapingSteps, RecordingSteps):
         self._changed.set()
 
     async def _idle(self, can_claim: bool) -> None:
-        """Wait for an attempt to end, or (with room to claim) for new mail or the poll interval."""
-        changed = asyncio.ensure_future(self._changed.wait())
-        stop = asyncio.ensure_future(self._stopping.wait())
-        waits: set[asyncio.Future[Any]] = {changed, stop}
-        if can_claim:
-            if self._wake is None or self._wake.done():
-                self._wake = asyncio.ensure_future(self.store.await_added(self.settings.poll_interval))
-            waits.add(self._wake)
+        """Wait for an attempt to end, a stop, or (with room to claim) for new mail or the poll interval: each of
+        them sets `_changed`, so a turn waits on that one event (no task, no `asyncio.wait` a turn)."""
+        if can_claim and (self._wake is None or self._wake.done()):
+            self._wake = asyncio.ensure_future(self.store.await_added(self.settings.poll_interval))
+            self._wake.add_done_callback(self._woken)
         # More items wait for busy destinations than the prefetch: look again soon, their turn may be far off
-        recheck = BLOCKED_RECHECK if self._blocked > self._flow.prefetch else None
-        try:
-            await asyncio.wait(waits, timeout=recheck, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stop.cancel()
-            changed.cancel()
+        if self._blocked > self._flow.prefetch:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), BLOCKED_RECHECK)
+        else:
+            await self._changed.wait()
+
+    def _woken(self, wake: asyncio.Future[bool]) -> None:
+        """The store's wait for new mail ended (an add, or the poll interval): the loop claims again."""
+        self._changed.set()
 
     async def _once_again(self, exc: QueueError, retry: Retry) -> bool:
         """With `once`, after the store error `exc` kept due mail out of reach: True after a pause (the retry's,

@@ -9,6 +9,8 @@ from typing import Any
 
 from django.dispatch import Signal
 
+from .. import signals
+
 logger = logging.getLogger("django_mailqueue")
 
 Event = tuple[Signal, dict[str, Any]]
@@ -31,15 +33,25 @@ async def tell(sender: type, events: Sequence[Event]) -> None:
     """Send `events` in a thread, in order: sync receivers (and async ones, which
     Django runs in their own loop) never block the worker's event loop."""
     # Most sites listen to few signals: skip the thread hop when nobody listens.
-    heard = [event for event in events if event[0].has_listeners(sender)]
-    if heard:
-        await asyncio.to_thread(send_events, sender, heard)
+    listened = heard(sender, events)
+    if listened:
+        await asyncio.to_thread(send_events, sender, listened)
+
+
+async def tell_batch(sender: type, batch: Sequence[Sequence[Event]]) -> list[None]:
+    """Send the events of several outcomes in one thread hand-off, in order (`Batcher`'s write: the worker's
+    outcomes recorded together are told together; each outcome's events stay in their order)."""
+    await asyncio.to_thread(send_events, sender, [event for events in batch for event in events])
+    return [None] * len(batch)
+
+
+def heard(sender: type, events: Sequence[Event]) -> list[Event]:
+    """The events some receiver listens to."""
+    return [event for event in events if event[0].has_listeners(sender)]
 
 
 def worker_signals_heard() -> bool:
     """Some receiver is connected to a signal an outcome is told with (any sender): else there is nothing to send."""
-    from .. import signals
-
     return bool(
         signals.delivered.receivers
         or signals.failed.receivers
@@ -50,8 +62,6 @@ def worker_signals_heard() -> bool:
 
 
 def _name(signal: Signal) -> str:
-    from .. import signals
-
     for name in ("delivered", "deferred", "failed", "dsn", "error"):
         if getattr(signals, name) is signal:
             return name

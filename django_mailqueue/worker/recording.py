@@ -16,7 +16,7 @@ from ..core.errors import Code, QueueError
 from ..core.items import CompleteRequest, Completion, QueueItem, RecipientOutcome, RecipientState, apply_completion
 from ..history import HistoryEntry
 from .attempt import Attempt, Retry
-from .events import tell, worker_signals_heard
+from .events import Event, heard, worker_signals_heard
 from .record import AttemptOutcome, Record, decide
 
 if TYPE_CHECKING:
@@ -54,6 +54,7 @@ class RecordingSteps:
         _completions: Batcher[Completing, QueueItem | None | QueueError]
         _rows_with_outcome: bool
         _history: Batcher[HistoryEntry, None]
+        _told: Batcher[Sequence[Event], None]
 
         async def _error(self, error: QueueError, item_id: uuid.UUID | None) -> None: ...
         def _stop_short(self, exc: QueueError) -> None: ...
@@ -129,7 +130,9 @@ class RecordingSteps:
         events = record.events(with_dsns=with_dsns)
         if self.observer is not None:
             self.observer.told(events, item=item, now=self.clock.now())
-        await tell(type(self.store), events)
+        listened = heard(type(self.store), events)
+        if listened:  # with the other outcomes' told meanwhile: one thread hand-off for them all
+            await self._told.enqueue(listened)
 
     async def _complete(
         self, attempt: Attempt, record: Record, rows: Sequence[HistoryEntry] = ()
@@ -152,7 +155,7 @@ class RecordingSteps:
             completion = record.completion
             try:
                 request = CompleteRequest(item.id, self.owner, item.revision, completion)
-                answer = await self._completions.submit((request, tuple(unwritten)))
+                answer = await self._completions.enqueue((request, tuple(unwritten)))
                 unwritten.clear()  # written with the answer, whatever it is
                 if isinstance(answer, QueueError):
                     raise answer
