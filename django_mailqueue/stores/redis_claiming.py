@@ -1,5 +1,6 @@
 """The Redis store's claim: the due candidates read in one pipeline, then claim.lua run on them with every key it
-touches declared, and read again when another worker took some first (docs/redis.md, "The scripts")."""
+touches declared, and read again when another worker took some first (docs/redis.md, "The scripts"); a claimed
+batch's suppression look-up and messages then read in one pipeline more (`aclaim_batch`)."""
 
 from __future__ import annotations
 
@@ -12,13 +13,16 @@ from datetime import datetime
 from typing import Any
 
 from ..core.clock import to_micros
+from ..core.errors import QueueError
 from ..core.items import QueueItem
 from . import redis_scripts as scripts
 from .base import QueueStore
+from .claimed_batch import ClaimedBatch, listed_by_item, pending_keys, small_ids
 from .inputs import check_owner
 from .kept import Kept
 from .redis_clients import AsyncClient, SyncClient, T
 from .redis_layout import Keys, Shapes, item_of, text
+from .redis_suppression import live_entries
 
 #: The most read-then-claim rounds a claim makes while other workers take its candidates first: each round that
 #: goes again does so because another claim took (or dropped) what this one read, so they do not go on for long.
@@ -158,6 +162,51 @@ class RedisClaiming(QueueStore):
             if self._took(await self._ado(write), claimed, ask.limit):
                 break
         return claimed
+
+    async def aclaim_batch(
+        self,
+        *,
+        owner: str,
+        now: datetime,
+        lease_expires: datetime,
+        queues: Sequence[str] | None = None,
+        limit: int = 1,
+        suppressed_since: datetime | None = None,
+        read_up_to: int = 0,
+    ) -> ClaimedBatch:
+        """`aclaim`, then the suppression list's `HMGET` and the messages' `MGET` in one pipeline: one round trip
+        for both reads (an error of it is both reads' error)."""
+        batch = ClaimedBatch(
+            await self.aclaim(owner=owner, now=now, lease_expires=lease_expires, queues=queues, limit=limit)
+        )
+        keys = pending_keys(batch.items) if suppressed_since is not None and batch.items else {}
+        wanted = sorted(set(keys.values()))
+        small = small_ids(batch.items, read_up_to)
+        commands: builtins.list[tuple[scripts.Arg, ...]] = []
+        if wanted:
+            commands.append(("HMGET", self.keys.suppressed, *wanted))
+        if small:
+            commands.append(("MGET", *(self.keys.message(item_id) for item_id in small)))
+
+        async def read(client: AsyncClient[bytes]) -> builtins.list[Any]:
+            pipe = client.pipeline(transaction=False)
+            for command in commands:
+                pipe.execute_command(*command)
+            return builtins.list(await pipe.execute())
+
+        try:
+            replies = await self._ado(read) if commands else []
+        except QueueError as exc:
+            batch.listed_error = exc if suppressed_since is not None else None
+            batch.messages_error = exc if small else None
+            return batch
+        if suppressed_since is not None and batch.items:
+            found = live_entries(wanted, replies[0], suppressed_since) if wanted else {}
+            batch.listed = listed_by_item(batch.items, keys, found)
+        if small:
+            raws = replies[-1]
+            batch.messages = {i: bytes(raw) for i, raw in zip(small, raws, strict=True) if raw is not None}
+        return batch
 
     def _ask(
         self, owner: str, now: datetime, lease_expires: datetime, queues: Sequence[str] | None, limit: int

@@ -30,6 +30,7 @@ from ..core.items import (
 )
 from ..core.status import QueueSummary
 from .base import OVERVIEW_QUEUES, AlsoWrite
+from .claimed_batch import ClaimedBatch, acompose
 from .inputs import check_aware, check_completion, check_order, check_owner, check_suppressions
 from .redis import RedisStore
 from .redis_clients import AsyncClient
@@ -242,6 +243,24 @@ class PartitionedRedisStore(RedisStore):
                 taken += got
             claimed += sorted(taken, key=listed_order)
         return claimed
+
+    async def aclaim_batch(
+        self,
+        *,
+        owner: str,
+        now: datetime,
+        lease_expires: datetime,
+        queues: Sequence[str] | None = None,
+        limit: int = 1,
+        suppressed_since: datetime | None = None,
+        read_up_to: int = 0,
+    ) -> ClaimedBatch:
+        """The claim, the look-up and the read one after the other (`claimed_batch.acompose`), not a part's one
+        pipeline: the suppression list is every part's (a look-up asks them all), each part its own slot."""
+        return await acompose(
+            self, owner=owner, now=now, lease_expires=lease_expires, queues=queues, limit=limit,
+            suppressed_since=suppressed_since, read_up_to=read_up_to,
+        )  # fmt: skip
 
     def renew(self, ids: Sequence[uuid.UUID], *, owner: str, lease_expires: datetime) -> builtins.list[uuid.UUID]:
         check_owner(owner)

@@ -38,7 +38,7 @@ class RedisSuppressionList(QueueStore):
         if not wanted:
             return {}
         raws = self._do(lambda client: client.execute_command("HMGET", self.keys.suppressed, *wanted))
-        return _live(wanted, raws, since)
+        return live_entries(wanted, raws, since)
 
     async def asuppressed(self, addresses: Sequence[str], *, since: datetime) -> dict[str, Suppression]:
         wanted = builtins.list(dict.fromkeys(addresses))
@@ -48,7 +48,7 @@ class RedisSuppressionList(QueueStore):
         async def work(client: AsyncClient[bytes]) -> Any:
             return await client.execute_command("HMGET", self.keys.suppressed, *wanted)  # type: ignore[no-untyped-call]
 
-        return _live(wanted, await self._ado(work), since)
+        return live_entries(wanted, await self._ado(work), since)
 
     def _addresses(self, since: datetime, first: int, count: int) -> builtins.list[str]:
         """Addresses at ranks `first` on of those listed at or after `since`, the newest first."""
@@ -82,7 +82,7 @@ class RedisSuppressionList(QueueStore):
         if not addresses:
             return []
         raws = self._do(lambda client: client.execute_command("HMGET", self.keys.suppressed, *addresses))
-        return builtins.list(_live(addresses, raws, since).values())  # one removed meanwhile is left out
+        return builtins.list(live_entries(addresses, raws, since).values())  # one removed meanwhile is left out
 
     def count_suppressed(self, *, since: datetime, search: str | None = None) -> int:
         if search:
@@ -106,7 +106,7 @@ class RedisSuppressionList(QueueStore):
         return self._edit(["prune", str(-to_micros(before))])
 
 
-def _live(addresses: Sequence[str], raws: Sequence[Any], since: datetime) -> dict[str, Suppression]:
+def live_entries(addresses: Sequence[str], raws: Sequence[Any], since: datetime) -> dict[str, Suppression]:
     """The entries HMGET found for `addresses`, in their order, listed at or after `since`."""
     found = (load_suppression(a, raw) for a, raw in zip(addresses, raws, strict=True) if raw is not None)
     return {entry.address: entry for entry in found if entry.since >= since}

@@ -36,7 +36,7 @@ from .log_limit import LogLimit
 from .record import AttemptOutcome, message_lost, reclaimed_too_often
 from .recording import Completing, RecordingSteps
 from .shaper import BLOCKED_RECHECK, TICKET, Shaper
-from .suppression import NOTHING_TRIED, listed_outcomes, look_up
+from .suppression import NOTHING_TRIED, cut_off, listed_from, listed_outcomes, look_up
 
 logger = logging.getLogger("django_mailqueue")
 
@@ -233,9 +233,10 @@ class Worker(ShapingSteps, RecordingSteps):
         while True:
             now = self.clock.now()
             try:
-                claimed = await self.store.aclaim(
-                    owner=self.owner, now=now, lease_expires=now + self.lease, queues=self.queues, limit=room
-                )
+                batch = await self.store.aclaim_batch(
+                    owner=self.owner, now=now, lease_expires=now + self.lease, queues=self.queues, limit=room,
+                    suppressed_since=cut_off(self.settings.suppression, now), read_up_to=PREFETCH_SIZE,
+                )  # fmt: skip
                 break
             except QueueError as exc:
                 await self._error(exc, None)
@@ -244,6 +245,7 @@ class Worker(ShapingSteps, RecordingSteps):
                     return []
                 if not await self._once_again(exc, retry):
                     return []
+        claimed = batch.items
         if self.shaper is not None and claimed and self.shaper.stale:
             await self.shaper.refresh()  # the claimed items are admitted against a fresh view
         attempts = [Attempt(item) for item in claimed]
@@ -252,20 +254,19 @@ class Worker(ShapingSteps, RecordingSteps):
             self._held[attempt.item.id] = attempt
             self._waiting.append(attempt)
         # The suppression list could not be read: the attempts wait (given back), or with `once` it is read again.
-        while (unknown := await look_up(self.store, attempts, self.settings.suppression, now=now)) is not None:
+        unknown = listed_from(batch, attempts)
+        while unknown is not None:
             await self._error(unknown, None)
             if not (self.once and await self._once_again(unknown, retry)):
                 break
             now = self.clock.now()
-        small = [a for a in attempts if a.item.size <= PREFETCH_SIZE]
-        if small:
-            try:
-                found = await self.store.aread_messages([a.item.id for a in small])
-            except QueueError as exc:
-                await self._error(exc, None)
-            else:
-                for attempt in small:
-                    attempt.message, attempt.prefetched = found.get(attempt.item.id), True
+            unknown = await look_up(self.store, attempts, self.settings.suppression, now=now)
+        if batch.messages_error is not None:
+            await self._error(batch.messages_error, None)
+        else:
+            for attempt in attempts:
+                if attempt.item.size <= PREFETCH_SIZE:
+                    attempt.message, attempt.prefetched = batch.messages.get(attempt.item.id), True
         return claimed
 
     def _attempt_ended(self, task: asyncio.Task[None]) -> None:

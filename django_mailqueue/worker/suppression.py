@@ -9,7 +9,7 @@ from datetime import datetime
 from ..core.errors import QueueError
 from ..core.items import RecipientOutcome, Suppression
 from ..delivery.attempt import AttemptResult
-from ..stores.base import QueueStore
+from ..stores.base import ClaimedBatch, QueueStore
 from ..suppression import SuppressionSettings, listed_outcome, suppression_key
 from .attempt import Attempt
 
@@ -35,6 +35,19 @@ async def look_up(
         pending = attempt.item.pending
         attempt.listed = {r.address: found[keys[r.address]] for r in pending if keys[r.address] in found}
     return None
+
+
+def cut_off(rule: SuppressionSettings | None, now: datetime) -> datetime | None:
+    """The oldest entry that applies at `now` (`claim_batch`'s `suppressed_since`); None: no list, no look-up."""
+    return None if rule is None else rule.cut_off(now)
+
+
+def listed_from(batch: ClaimedBatch, attempts: Sequence[Attempt]) -> QueueError | None:
+    """`look_up`'s work from the look-up the claim made (`claim_batch`): each attempt's `listed`, or when it failed
+    None, and its error returned."""
+    for attempt in attempts:
+        attempt.listed = None if batch.listed_error is not None else batch.listed.get(attempt.item.id, {})
+    return batch.listed_error
 
 
 def listed_outcomes(listed: Mapping[str, Suppression]) -> tuple[RecipientOutcome, ...]:

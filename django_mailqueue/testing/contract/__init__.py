@@ -16,12 +16,13 @@ store of your own overrides `lose_message(store, item_id)`, else that test
 is skipped. Thread tests call `end_thread()` in each thread they start;
 the default closes Django's database connections. Each part of the contract
 is a class of its own (`Adding`, `Leasing`, `Completing`, `CompletingWithDsns`,
-`KeepingFailed`, `Reading`, `Shaping`, `Suppressing`), should a store want to run only some.
+`KeepingFailed`, `Reading`, `Shaping`, `Suppressing`, `ClaimingBatches`), should a store want to run only some.
 """
 
 from __future__ import annotations
 
 from .adding import Adding
+from .batches import ClaimingBatches
 from .completing import Completing
 from .dsns import CompletingWithDsns
 from .failed import KeepingFailed
@@ -37,6 +38,7 @@ __all__ = [
     "OK",
     "T0",
     "Adding",
+    "ClaimingBatches",
     "Completing",
     "CompletingWithDsns",
     "ContractBase",
@@ -53,5 +55,7 @@ __all__ = [
 ]
 
 
-class QueueStoreContract(Adding, Leasing, Completing, CompletingWithDsns, KeepingFailed, Reading, Shaping, Suppressing):
+class QueueStoreContract(
+    Adding, Leasing, Completing, CompletingWithDsns, KeepingFailed, Reading, Shaping, Suppressing, ClaimingBatches
+):
     """The promises of `QueueStore`, checked against the store `make_store` builds."""
