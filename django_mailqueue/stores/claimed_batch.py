@@ -46,6 +46,8 @@ def listed_by_item(
     items: Sequence[QueueItem], keys: dict[str, str], found: dict[str, Suppression]
 ) -> dict[uuid.UUID, dict[str, Suppression]]:
     """Each item's pending recipients whose key (`keys`) is among the entries `found`."""
+    if not found:
+        return {item.id: {} for item in items}
     return {
         item.id: {r.address: found[keys[r.address]] for r in item.pending if keys[r.address] in found} for item in items
     }

@@ -3,12 +3,17 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
+from typing import TypeVar
+
 import pytest
 
 from ...core.items import QueueItem, Suppression
 from ...stores.base import ClaimedBatch, QueueStore
 from .support import NO, T0, ContractBase, at, new_item
 
+_T = TypeVar("_T")
 BIG = b"Subject: big\r\n\r\n" + b"x" * 4000
 
 
@@ -24,6 +29,17 @@ class ClaimingBatches(ContractBase):
         big = store.add(new_item(["gone@dest.example"], message=BIG), now=at(1))  # listed, its message not read
         plain = store.add(new_item(["old@dest.example"]), now=at(2))  # listed before the cut-off
         return listed, big, plain
+
+    async def off_loop(self, work: Callable[[], _T]) -> _T:
+        """`work()` in a thread of its own (the sync methods it calls may not run in the event loop)."""
+
+        def run() -> _T:
+            try:
+                return work()
+            finally:
+                self.end_thread()
+
+        return await asyncio.to_thread(run)
 
     def check(self, store: QueueStore, batch: ClaimedBatch, added: tuple[QueueItem, QueueItem, QueueItem]) -> None:
         listed, big, plain = added
@@ -60,11 +76,11 @@ class ClaimingBatches(ContractBase):
     @pytest.mark.asyncio
     async def test_the_async_twin_claims_and_reads_the_same(self, store: QueueStore) -> None:
         try:
-            added = self.fill(store)
+            added = await self.off_loop(lambda: self.fill(store))
             batch = await store.aclaim_batch(
                 owner="w", now=at(3), lease_expires=at(60), limit=10, suppressed_since=at(3), read_up_to=1000
             )
-            self.check(store, batch, added)
+            await self.off_loop(lambda: self.check(store, batch, added))
             again = await store.aclaim_batch(owner="w", now=at(3), lease_expires=at(60), suppressed_since=T0)
             assert again == ClaimedBatch()
         finally:
