@@ -4,6 +4,7 @@ due, or — the store out of reach at every try — exits 1 and says so; never e
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable, Callable
 from io import StringIO
 from typing import Any
@@ -18,6 +19,7 @@ from django_mailqueue.core.clock import SystemClock
 from django_mailqueue.core.errors import Code, QueueError
 from django_mailqueue.core.items import NewItem, QueueItem
 from django_mailqueue.stores import get_store
+from django_mailqueue.stores.claimed_batch import ClaimedBatch, acompose
 from django_mailqueue.stores.memory import MemoryStore
 from django_mailqueue.testing.fakes import ScriptedDeliverer
 from django_mailqueue.worker import Worker
@@ -28,8 +30,11 @@ from tests.worker.conftest import MailWorld, SignalRecorder, only_kept_failed
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=DATABASES)
 
-#: the store calls a `--once` run reaches due mail through: the claim, and the claimed batch's suppression look-up
-REACHING = ("aclaim", "asuppressed")
+#: the store calls a `--once` run reaches due mail through: the claim (with its reads), and the claimed batch's
+#: suppression look-up (the one made with the claim, then the worker's own again)
+REACHING = ("aclaim_batch", "asuppressed")
+#: twins a store's own `aclaim_batch` may not call (a pipeline of its own, one thread for the sync methods)
+WITHIN_THE_CLAIM = ("asuppressed", "aread_messages")
 
 
 class Flaky:
@@ -52,6 +57,8 @@ def fail(monkeypatch: pytest.MonkeyPatch, method: str, failures: int) -> Flaky:
     store = get_store()
     flaky = Flaky(getattr(store, method), failures)
     monkeypatch.setattr(store, method, flaky)
+    if method in WITHIN_THE_CLAIM:  # the claimed batch made through the twins, the flaky one among them
+        monkeypatch.setattr(store, "aclaim_batch", functools.partial(acompose, store))
     return flaky
 
 
@@ -126,7 +133,7 @@ class ClaimsAfterAttempts:
 
     def __init__(self, worker: Worker, monkeypatch: pytest.MonkeyPatch) -> None:
         self.worker = worker
-        self.claim = worker.store.aclaim
+        self.claim = worker.store.aclaim_batch
         self.ended = asyncio.Event()
         self.held_back = 0
         attempt_ended = worker._attempt_ended
@@ -136,15 +143,15 @@ class ClaimsAfterAttempts:
             self.ended.set()
 
         monkeypatch.setattr(worker, "_attempt_ended", ended)
-        monkeypatch.setattr(worker.store, "aclaim", self)
+        monkeypatch.setattr(worker.store, "aclaim_batch", self)
 
-    async def __call__(self, **kwargs: Any) -> list[QueueItem]:
+    async def __call__(self, **kwargs: Any) -> ClaimedBatch:
         if self.worker._running:
             self.held_back += 1
         while self.worker._running:
             self.ended.clear()
             await self.ended.wait()
-        result: list[QueueItem] = await self.claim(**kwargs)
+        result: ClaimedBatch = await self.claim(**kwargs)
         return result
 
 
