@@ -47,6 +47,11 @@ _THREAD_THRESHOLD = 1024 * 1024
 _SIGNED_IN_THREAD = frozenset({b"rsa-sha256"})
 
 
+@functools.lru_cache(maxsize=256)  # a worker's mail comes from a few senders
+def _parse_sender(sender: str) -> EnvelopeAddress | None:
+    return parse_sender(sender, domainless=True)
+
+
 def _signed(signer: DkimSigner | None, normalized: bytes) -> bytes:
     return normalized if signer is None else signer.sign(normalized)
 
@@ -116,6 +121,12 @@ class Deliverer:
         #: the tokens of this worker's attempts before their new connections (slow start's probe holders)
         self._holders_prefix = f"{uuid.uuid4().hex[:16]}-"
         self._holders = itertools.count(1)
+        #: recipient domain -> its destination's key and route, worked out once (`_routing`)
+        self._routing_cache: dict[str, tuple[tuple[object, ...], Route]] = {}
+        #: each distinct relay route's number: equal routes share a destination, whose key then hashes cheaply
+        self._relays: dict[RelayRoute, int] = {}
+        #: the hosts of an address (a relay's HOST, an address literal): nothing to look up, made once
+        self._literal_resolutions: dict[tuple[str, str], Resolution] = {}
 
     async def aclose(self) -> None:
         """Close the transport's cached connections (each gets its QUIT), and end the DKIM signing thread."""
@@ -129,7 +140,7 @@ class Deliverer:
         began = loop.time()
         deadline = began + self.settings.timeouts.session
         given = list(recipients)
-        envelope_sender = parse_sender(sender, domainless=True)
+        envelope_sender = _parse_sender(sender) if type(sender) is str else parse_sender(sender, domainless=True)
         if envelope_sender is None:
             reply = replies.own_reply(replies.BAD_SENDER, f"sender address {sender!r} cannot be carried by SMTP")
             refused = tuple(RecipientOutcome(str(r), RecipientState.FAILED, reply) for r in given)
@@ -137,22 +148,28 @@ class Deliverer:
             return AttemptResult(refused, started=started, finished=self.clock.now())
 
         decided: dict[str, RecipientOutcome] = {}
-        parsed: dict[str, EnvelopeAddress] = {}
+        #: each recipient that goes to a destination, and that destination's key
+        parsed: dict[str, tuple[EnvelopeAddress, tuple[object, ...]]] = {}
         destinations: dict[tuple[object, ...], Destination] = {}
         for address in given:
             if address in decided or address in parsed:
                 continue
-            recipient = self._admit(address, envelope_sender)
-            if isinstance(recipient, Reply):
-                decided[address] = RecipientOutcome(str(address), RecipientState.FAILED, recipient)
+            admitted = self._admit(address, envelope_sender)
+            if isinstance(admitted, Reply):
+                decided[address] = RecipientOutcome(str(address), RecipientState.FAILED, admitted)
                 continue
-            parsed[address] = recipient
-            self._destination(destinations, recipient).recipients.append(recipient)
+            recipient, key, route = admitted
+            parsed[address] = (recipient, key)
+            dest = destinations.get(key)
+            if dest is None:
+                dest = destinations[key] = self._destination(route, recipient)
+            dest.recipients.append(recipient)
 
         progress: dict[tuple[object, ...], Progress] = {key: Progress() for key in destinations}
         if destinations:
             wire = await self._message(message)
-            semaphore = asyncio.Semaphore(self._max_sessions)
+            # one destination (most messages) is one session: nothing to bound
+            semaphore = asyncio.Semaphore(self._max_sessions) if len(destinations) > 1 else None
             sessions = [
                 self._deliver_to(dest, envelope_sender.wire, wire, deadline, progress[key], semaphore)
                 for key, dest in destinations.items()
@@ -176,13 +193,16 @@ class Deliverer:
             if address in decided:
                 outcomes.append(decided[address])
                 continue
-            recipient = parsed[address]
-            key = self._key(recipient)
-            found = progress[key].outcomes.get(recipient.wire)
+            recipient, key = parsed[address]
+            done = progress[key]
+            found = done.outcomes.get(recipient.wire)
             if found is None:
-                found = RecipientOutcome(recipient.wire, RecipientState.PENDING, self._unfinished(progress[key]))
-            outcomes.append(RecipientOutcome(address, found.state, found.reply, found.remote_mta))
-            if recipient.wire in progress[key].possibly_delivered:
+                found = RecipientOutcome(recipient.wire, RecipientState.PENDING, self._unfinished(done))
+            # reported under the address as given: the session's own outcome when that is its wire form
+            if found.address != address:
+                found = RecipientOutcome(address, found.state, found.reply, found.remote_mta)
+            outcomes.append(found)
+            if done.possibly_delivered and recipient.wire in done.possibly_delivered:
                 possibly.add(address)
         if self.observer is not None:
             self.observer.attempt(loop.time() - began)
@@ -204,13 +224,17 @@ class Deliverer:
 
     # --- grouping -------------------------------------------------------------------
 
-    def _admit(self, address: str, sender: EnvelopeAddress) -> EnvelopeAddress | Reply:
-        """The recipient, or the reply that fails it unsent. An address without a domain goes to a relay only."""
+    def _admit(
+        self, address: str, sender: EnvelopeAddress
+    ) -> tuple[EnvelopeAddress, tuple[object, ...], Route] | Reply:
+        """The recipient with its destination's key and route, or the reply that fails it unsent. An address
+        without a domain goes to a relay only."""
         recipient = parse_address(address, domainless=True)
         if recipient is None:
             return replies.own_reply(replies.BAD_RECIPIENT, f"recipient address {address!r} cannot be carried by SMTP")
-        if isinstance(self.settings.route_for(recipient.domain), RelayRoute):
-            return recipient
+        key, route = self._routing(recipient.domain)
+        if isinstance(route, RelayRoute):
+            return recipient, key, route
         if not recipient.domain:
             return replies.own_reply(
                 replies.BAD_RECIPIENT,
@@ -221,32 +245,35 @@ class Deliverer:
                 replies.BAD_SENDER,
                 f"sender address {sender.given!r} has no domain, and {recipient.domain} is routed to its MX hosts",
             )
-        return recipient
+        return recipient, key, route
 
-    def _key(self, recipient: EnvelopeAddress) -> tuple[object, ...]:
-        route = self.settings.route_for(recipient.domain)
-        if isinstance(route, RelayRoute):
-            return ("relay", route)
-        return ("mx", recipient.domain)
-
-    def _destination(
-        self, destinations: dict[tuple[object, ...], Destination], recipient: EnvelopeAddress
-    ) -> Destination:
-        key = self._key(recipient)
-        if key not in destinations:
-            route = self.settings.route_for(recipient.domain)
+    def _routing(self, domain: str) -> tuple[tuple[object, ...], Route]:
+        """The key of the destination a recipient domain's mail goes to — ("relay", the route's number): one
+        destination for every domain routed to an equal relay; ("mx", domain) — and its route."""
+        found = self._routing_cache.get(domain)
+        if found is None:
+            route = self.settings.route_for(domain)
             if isinstance(route, RelayRoute):
-                destinations[key] = Destination(route, route.host, literal=ip_literal(route.host))
+                key: tuple[object, ...] = ("relay", self._relays.setdefault(route, len(self._relays)))
             else:
-                destinations[key] = Destination(route, recipient.domain, literal=recipient.literal_address)
-        return destinations[key]
+                key = ("mx", domain)
+            if len(self._routing_cache) >= 10_000:
+                self._routing_cache.clear()
+            found = self._routing_cache[domain] = (key, route)
+        return found
+
+    def _destination(self, route: Route, recipient: EnvelopeAddress) -> Destination:
+        if isinstance(route, RelayRoute):
+            return Destination(route, route.host, literal=ip_literal(route.host))
+        return Destination(route, recipient.domain, literal=recipient.literal_address)
 
     async def _message(self, message: bytes) -> PreparedMessage:
         signer = self._signer
 
         def build(normalized: bytes) -> PreparedMessage:
+            eightbit = has_8bit(normalized)  # an ASCII message has ASCII headers: no second look
             return PreparedMessage(
-                dot_stuff(normalized), len(normalized), headers_need_smtputf8(normalized), has_8bit(normalized)
+                dot_stuff(normalized), len(normalized), eightbit and headers_need_smtputf8(normalized), eightbit
             )
 
         if len(message) > _THREAD_THRESHOLD:
@@ -265,9 +292,18 @@ class Deliverer:
 
     # --- one destination --------------------------------------------------------------
 
+    def _literal_resolution(self, name: str, literal: str) -> Resolution:
+        """An address (a relay's, or a recipient's [literal]): nothing to look up."""
+        found = self._literal_resolutions.get((name, literal))
+        if found is None:
+            if len(self._literal_resolutions) >= 10_000:
+                self._literal_resolutions.clear()
+            found = self._literal_resolutions[(name, literal)] = Resolution(hosts=(MailHost(name, 0, (literal,)),))
+        return found
+
     async def _resolve(self, dest: Destination, deadline: float) -> Resolution:
-        if dest.literal is not None:  # an address (a relay's, or a recipient's [literal]): nothing to look up
-            return Resolution(hosts=(MailHost(dest.name, 0, (dest.literal,)),))
+        if dest.literal is not None:
+            return self._literal_resolution(dest.name, dest.literal)
         try:
             async with asyncio.timeout_at(deadline):
                 if isinstance(dest.route, RelayRoute):
@@ -283,13 +319,22 @@ class Deliverer:
             logger.error("resolver bug looking up %s: %s", dest.name, type(exc).__name__)
             return Resolution(failure=replies.own_reply(replies.DNS_TEMPORARY, f"DNS lookup of {dest.name} failed"))
 
-    async def _tls_for(self, route: Route) -> tuple[TlsPolicy, ssl.SSLContext | None]:
+    def _tls_known(self, route: Route) -> tuple[TlsPolicy, ssl.SSLContext | None] | None:
+        """The route's TLS policy and context when nothing has to be made for it (else None: `_tls_for`)."""
         if isinstance(route, MxRoute):
             if self._mx_context is None:
                 self._mx_context = mx_context()
             return "opportunistic", self._mx_context
         if route.tls == "none":
             return "none", None
+        context = self._relay_contexts.get(route)
+        return None if context is None else (route.tls, context)
+
+    async def _tls_for(self, route: Route) -> tuple[TlsPolicy, ssl.SSLContext | None]:
+        known = self._tls_known(route)
+        if known is not None:
+            return known
+        assert isinstance(route, RelayRoute)
         if route not in self._relay_contexts:
             self._relay_contexts[route] = await asyncio.to_thread(self._relay_tls_factory, route)
         return route.tls, self._relay_contexts[route]
@@ -301,13 +346,17 @@ class Deliverer:
         message: PreparedMessage,
         deadline: float,
         progress: Progress,
-        semaphore: asyncio.Semaphore,
+        semaphore: asyncio.Semaphore | None,
     ) -> None:
-        """One destination's sessions; a bug in them defers its recipients (never raises)."""
+        """One destination's sessions (at most `semaphore`'s at once); a bug in them defers its recipients (never
+        raises)."""
         holder = f"{self._holders_prefix}{next(self._holders)}"
         try:
-            async with semaphore:
+            if semaphore is None:
                 await self._deliver_to_destination(dest, sender, message, deadline, progress, holder)
+            else:
+                async with semaphore:
+                    await self._deliver_to_destination(dest, sender, message, deadline, progress, holder)
         except Exception as exc:
             logger.error("delivery bug delivering to %s: %s", dest.name, type(exc).__name__)
             progress.failed = True
@@ -333,7 +382,10 @@ class Deliverer:
                 if recipient not in progress.outcomes:
                     progress.outcomes[recipient] = RecipientOutcome(recipient, state, reply, remote_mta)
 
-        resolution = await self._resolve(dest, deadline)
+        if dest.literal is not None:  # no coroutine a message for what needs no lookup
+            resolution = self._literal_resolution(dest.name, dest.literal)
+        else:
+            resolution = await self._resolve(dest, deadline)
         if resolution.failure is not None:
             decide_all(resolution.failure, replies.state_of(resolution.failure))
             if resolution.failure.status == replies.MISCONFIGURED:
@@ -346,7 +398,7 @@ class Deliverer:
         else:
             port, username, password = self.settings.mx_port, None, None
         try:
-            policy, context = await self._tls_for(route)
+            policy, context = self._tls_known(route) or await self._tls_for(route)
         except Exception as exc:
             text = f"TLS for {dest.name} cannot be set up: {type(exc).__name__}: {exc}"
             if isinstance(route, RelayRoute):
@@ -461,7 +513,11 @@ class Deliverer:
     def _policy(self, dest: Destination, hosts: tuple[MailHost, ...]) -> DestinationPolicy:
         """The destination's shaping policy: a relay's own limits, or SHAPING's for the domain and its MX hosts."""
         route, shaping = dest.route, self.settings.shaping
-        key: tuple[object, ...] = (route,) if isinstance(route, RelayRoute) else (dest.name, *(h.name for h in hosts))
+        key: tuple[object, ...]
+        if isinstance(route, RelayRoute):
+            key = self._routing(dest.recipients[0].domain)[0]  # ("relay", n): no hash of the route a message
+        else:
+            key = (dest.name, *(h.name for h in hosts))
         policy = self._policies.get(key)
         if policy is None:
             if len(self._policies) >= 10_000:

@@ -193,6 +193,12 @@ class Session:
         assert self.smtp is not None
         smtp, self.smtp = self.smtp, None
         loop_time = asyncio.get_running_loop().time()
+        idle = self.cached
+        if idle is not None and idle.smtp is smtp:  # the same connection kept again: its entry, not a new one
+            idle.idle_since = loop_time
+            idle.messages = self.carried + 1
+            idle.destination = self.target.destination
+            return idle
         return Idle(
             smtp=smtp,
             tls_active=self.tls_active,

@@ -149,7 +149,9 @@ class SmtpTransport:
                 self._busy[target.destination] -= 1
 
     async def _send_to_address(self, target: Target, envelope: Envelope) -> SessionReport:
-        limit = self._limits.setdefault((target.address, target.port), asyncio.Semaphore(self.destination_concurrency))
+        limit = self._limits.get((target.address, target.port))
+        if limit is None:
+            limit = self._limits[(target.address, target.port)] = asyncio.Semaphore(self.destination_concurrency)
         async with limit:
             key = self._key(target)
             cached = self._take(key, target)

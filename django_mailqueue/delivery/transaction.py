@@ -10,6 +10,7 @@ The message is written through `aiosmtplib_adapter`, not aiosmtplib's
 
 from __future__ import annotations
 
+import functools
 import logging
 
 from ..core.items import RecipientState
@@ -139,7 +140,7 @@ async def send_message(session: Session, accepted: list[str]) -> None:
         for start in range(0, last, DATA_BLOCK_SIZE):
             protocol.write(view[start : start + DATA_BLOCK_SIZE])  # type: ignore[arg-type]  # any buffer
             await session.access.drain(protocol, timeouts.data_block)
-        protocol.write(bytes(view[last:]) + END_OF_DATA)
+        protocol.write(b"".join((view[last:], END_OF_DATA)))  # one copy of the last block, not two
         await session.access.drain(protocol, timeouts.data_block)
     except TimeoutError:
         session.end(session.own(replies.NO_ANSWER, f"conversation with {label} timed out while sending the message"))
@@ -170,6 +171,7 @@ async def send_message(session: Session, accepted: list[str]) -> None:
         logger.debug("%s answered the end of data for %d recipients: %s", label, len(accepted), reply)
 
 
+@functools.lru_cache(maxsize=64)  # the same few servers' SIZE, message after message
 def size_limit_of(value: str) -> int:
     """The limit a SIZE extension announces (0: none)."""
     try:
