@@ -28,6 +28,7 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -280,6 +281,7 @@ def main() -> None:
         print(json.dumps(child(args.child, args.port, args.n, args.warm, args.size, args.concurrency)))
         return
     modes = [m for m in args.modes.split(",") if m]
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # the sink is stopped on the way out
     with tempfile.TemporaryDirectory(prefix="smtp-path-") as tmp:
         sink = SmtpSink(root=Path(tmp))
         sink.start()

@@ -70,6 +70,14 @@ def server_reply(code: int, text: str, *, mask: Callable[[str], str] | None = No
     joined with spaces, the text cleaned (no NUL, no lone surrogate, bounded).
     A status whose class differs from the code's is ignored (RFC 3463 §2).
     """
+    if "\n" not in text:  # one line (most replies): no list, no join
+        line = text.strip()
+        match = _ENHANCED.match(line)
+        if match is not None and match.group(1) == str(code)[:1]:
+            status, line = match.group(0), line[match.end() :].strip()
+        else:
+            status = _CODE_CLASS_STATUS.get(code // 100, "4.0.0")
+        return Reply(code=code, status=status, text=clean_reply_text(mask(line) if mask is not None else line))
     status = ""
     lines = []
     for line in text.split("\n"):
