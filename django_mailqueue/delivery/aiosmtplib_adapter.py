@@ -22,7 +22,7 @@ logger = logging.getLogger("django_mailqueue.delivery")
 
 #: What `PrivateAccess` uses on the protocol class, and on an instance (set by `__init__`).
 CLASS_PARTS = ("_read_response_from_buffer", "_drain_helper", "data_received", "read_response", "write")
-INSTANCE_PARTS = ("_buffer", "_response_waiter", "_response_pending", "_paused", "transport")
+INSTANCE_PARTS = ("_buffer", "_response_waiter", "_response_pending", "_paused", "_connection_lost", "transport")
 #: How often `PublicAccess` looks at the transport's write buffer while it drains.
 _POLL = 0.005
 
@@ -71,6 +71,11 @@ class PrivateAccess:
             protocol._response_pending = True  # read_response stopped expecting
         else:
             vars(protocol).pop("data_received", None)
+
+    def must_drain(self, protocol: SMTPProtocol) -> bool:
+        """Whether `drain` has anything to do: the transport is paused, or the connection is lost (it raises).
+        Else the write went on its way and no coroutine is needed."""
+        return protocol._paused or protocol._connection_lost
 
     async def drain(self, protocol: SMTPProtocol, timeout: float) -> None:
         """Wait, at most `timeout` seconds, until the transport takes more; no timer when it already does."""
@@ -127,6 +132,10 @@ class PublicAccess:
 
     def group_reply_read(self, protocol: SMTPProtocol, *, more: bool) -> None:  # pragma: no cover
         raise RuntimeError("no PIPELINING through aiosmtplib's public API")
+
+    def must_drain(self, protocol: SMTPProtocol) -> bool:
+        """Always: only `drain` looks at the transport."""
+        return True
 
     async def drain(self, protocol: SMTPProtocol, timeout: float) -> None:
         """Wait until the transport has handed every byte written to the kernel; `timeout` bounds each wait

@@ -28,10 +28,11 @@ async def transactions(session: Session) -> None:
     """The message's transactions, each of at most `rcpt_limit` recipients, until every recipient is decided
     or the session ends."""
     assert session.smtp is not None
-    envelope, label = session.envelope, session.target.label
+    envelope = session.envelope
     size_limit = size_limit_of(session.smtp.esmtp_extensions.get("size", ""))
     if size_limit and envelope.size > size_limit:
-        reply = session.own(replies.TOO_BIG, f"message size {envelope.size} exceeds size limit {size_limit} of {label}")
+        text = f"message size {envelope.size} exceeds size limit {size_limit} of {session.target.label}"
+        reply = session.own(replies.TOO_BIG, text)
         session.report.decide_rest(envelope.recipients, reply, RecipientState.FAILED)
         return
     limit = max(1, envelope.rcpt_limit)
@@ -44,10 +45,11 @@ async def transactions(session: Session) -> None:
 async def transaction(session: Session, chunk: tuple[str, ...]) -> tuple[str, ...]:
     """One transaction; the recipients to send again in the next one (RFC 5321 §4.5.3.1.10: a 452 after
     some were accepted), or ()."""
-    envelope, timeouts, label = session.envelope, session.target.timeouts, session.target.label
+    envelope, timeouts = session.envelope, session.target.timeouts
     utf8 = envelope.utf8_headers or not envelope.sender.isascii() or not all(r.isascii() for r in chunk)
     if utf8 and not session.offers("smtputf8"):
-        reply = session.own(replies.NEEDS_SMTPUTF8, f"SMTPUTF8 is required, but was not offered by {label}")
+        text = f"SMTPUTF8 is required, but was not offered by {session.target.label}"
+        reply = session.own(replies.NEEDS_SMTPUTF8, text)
         session.report.decide_rest(chunk, reply, RecipientState.FAILED)
         return ()
     encoding = "utf-8" if utf8 else "ascii"
@@ -98,7 +100,7 @@ async def transaction(session: Session, chunk: tuple[str, ...]) -> tuple[str, ..
     if again:
         logger.debug(
             "%s took %d recipients of %d; the other %d go in the next transaction",
-            label,
+            session.target.label,
             len(accepted),
             len(chunk),
             len(again),
@@ -112,7 +114,7 @@ async def transaction(session: Session, chunk: tuple[str, ...]) -> tuple[str, ..
     if response.code != 354:
         reply = session.reply(response.code, response.message)
         if reply.status.startswith("2"):
-            reply = session.own(replies.MALFORMED, f"unexpected reply to DATA from {label}: {reply}")
+            reply = session.own(replies.MALFORMED, f"unexpected reply to DATA from {session.target.label}: {reply}")
         session.report.decide_rest(accepted, reply, replies.state_of(reply))
         await session.rset()
         return tuple(again)
@@ -122,15 +124,17 @@ async def transaction(session: Session, chunk: tuple[str, ...]) -> tuple[str, ..
 
 async def send_message(session: Session, accepted: list[str]) -> None:
     assert session.smtp is not None
-    timeouts, label, data = session.target.timeouts, session.target.label, session.envelope.data
+    timeouts, data = session.target.timeouts, session.envelope.data
     protocol = session.smtp.protocol
     if protocol is None:
-        session.end(session.own(replies.CONNECTION_DROPPED, f"lost connection with {label} while sending the message"))
+        text = f"lost connection with {session.target.label} while sending the message"
+        session.end(session.own(replies.CONNECTION_DROPPED, text))
         return
     session.doing = "sending the message"
     # aiosmtplib keeps incoming bytes only while a reply is expected: expect one now,
     # so a reply that comes while the message is still being written is not lost.
-    session.access.expect_reply(protocol)
+    access = session.access
+    access.expect_reply(protocol)
     try:
         # The end-of-data mark goes in the same write as the last block: written apart, it
         # reaches some servers (Postfix's smtp-sink) as a second small segment that waits out
@@ -139,11 +143,14 @@ async def send_message(session: Session, accepted: list[str]) -> None:
         last = max(0, (len(data) - 1) // DATA_BLOCK_SIZE * DATA_BLOCK_SIZE)
         for start in range(0, last, DATA_BLOCK_SIZE):
             protocol.write(view[start : start + DATA_BLOCK_SIZE])  # type: ignore[arg-type]  # any buffer
-            await session.access.drain(protocol, timeouts.data_block)
+            if access.must_drain(protocol):
+                await access.drain(protocol, timeouts.data_block)
         protocol.write(b"".join((view[last:], END_OF_DATA)))  # one copy of the last block, not two
-        await session.access.drain(protocol, timeouts.data_block)
+        if access.must_drain(protocol):  # most messages fit the socket's buffer: no coroutine to wait on
+            await access.drain(protocol, timeouts.data_block)
     except TimeoutError:
-        session.end(session.own(replies.NO_ANSWER, f"conversation with {label} timed out while sending the message"))
+        text = f"conversation with {session.target.label} timed out while sending the message"
+        session.end(session.own(replies.NO_ANSWER, text))
         return
     except Exception as exc:
         session.end(session.failure(exc))
@@ -167,8 +174,8 @@ async def send_message(session: Session, accepted: list[str]) -> None:
     session.report.decide_rest(accepted, reply, replies.state_of(reply))
     if response.code == 421:
         session.end(reply, broken=False)
-    else:
-        logger.debug("%s answered the end of data for %d recipients: %s", label, len(accepted), reply)
+    elif logger.isEnabledFor(logging.DEBUG):
+        logger.debug("%s answered the end of data for %d recipients: %s", session.target.label, len(accepted), reply)
 
 
 @functools.lru_cache(maxsize=64)  # the same few servers' SIZE, message after message
