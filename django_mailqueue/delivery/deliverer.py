@@ -26,7 +26,8 @@ from .addresses import EnvelopeAddress, parse_address, parse_sender
 from .attempt import AttemptResult, Destination, PreparedMessage, Progress
 from .destinations import DestinationGate, DestinationReport, suspended_reply, unreachable
 from .mta_sts import StsPolicies, StsPolicy
-from .resolver import DnsResolver, MailHost, MxResolver, Resolution, ip_literal
+from .resolver import DnsResolver, MailHost, MxResolver, Resolution
+from .routing import DestinationKey, Routing, sender_address
 from .smtp import SmtpTransport
 from .tls import RelayContextFactory, mx_context, mx_verified_context, relay_context
 from .transport import DestinationError, Envelope, SessionReport, Target, TlsPolicy, Transport
@@ -45,11 +46,6 @@ _THREAD_THRESHOLD = 1024 * 1024
 #: DKIM algorithms whose private-key operation runs in the signing thread: RSA (~0.25 ms for 2048 bits);
 #: Ed25519's (~0.04 ms) costs less than handing it over
 _SIGNED_IN_THREAD = frozenset({b"rsa-sha256"})
-
-
-@functools.lru_cache(maxsize=256)  # a worker's mail comes from a few senders
-def _parse_sender(sender: str) -> EnvelopeAddress | None:
-    return parse_sender(sender, domainless=True)
 
 
 def _signed(signer: DkimSigner | None, normalized: bytes) -> bytes:
@@ -102,7 +98,7 @@ class Deliverer:
         #: the worker's slots, for the default CONNECTIONS of a destination
         self._concurrency = concurrency or settings.concurrency
         #: each destination's shaping policy, by its route (relays) or its domain and MX hosts
-        self._policies: dict[tuple[object, ...], DestinationPolicy] = {}
+        self._policies: dict[DestinationKey, DestinationPolicy] = {}
         self.clock = clock or SystemClock()
         self.transport: Transport = transport or SmtpTransport()
         self.resolver: MxResolver = resolver or DnsResolver(settings.dns)
@@ -121,12 +117,8 @@ class Deliverer:
         #: the tokens of this worker's attempts before their new connections (slow start's probe holders)
         self._holders_prefix = f"{uuid.uuid4().hex[:16]}-"
         self._holders = itertools.count(1)
-        #: recipient domain -> its destination's key and route, worked out once (`_routing`)
-        self._routing_cache: dict[str, tuple[tuple[object, ...], Route]] = {}
-        #: each distinct relay route's number: equal routes share a destination, whose key then hashes cheaply
-        self._relays: dict[RelayRoute, int] = {}
-        #: the hosts of an address (a relay's HOST, an address literal): nothing to look up, made once
-        self._literal_resolutions: dict[tuple[str, str], Resolution] = {}
+        #: each recipient domain's destination key and route, an address's hosts: worked out once
+        self._routing = Routing(settings)
 
     async def aclose(self) -> None:
         """Close the transport's cached connections (each gets its QUIT), and end the DKIM signing thread."""
@@ -140,7 +132,7 @@ class Deliverer:
         began = loop.time()
         deadline = began + self.settings.timeouts.session
         given = list(recipients)
-        envelope_sender = _parse_sender(sender) if type(sender) is str else parse_sender(sender, domainless=True)
+        envelope_sender = sender_address(sender) if type(sender) is str else parse_sender(sender, domainless=True)
         if envelope_sender is None:
             reply = replies.own_reply(replies.BAD_SENDER, f"sender address {sender!r} cannot be carried by SMTP")
             refused = tuple(RecipientOutcome(str(r), RecipientState.FAILED, reply) for r in given)
@@ -149,8 +141,8 @@ class Deliverer:
 
         decided: dict[str, RecipientOutcome] = {}
         #: each recipient that goes to a destination, and that destination's key
-        parsed: dict[str, tuple[EnvelopeAddress, tuple[object, ...]]] = {}
-        destinations: dict[tuple[object, ...], Destination] = {}
+        parsed: dict[str, tuple[EnvelopeAddress, DestinationKey]] = {}
+        destinations: dict[DestinationKey, Destination] = {}
         for address in given:
             if address in decided or address in parsed:
                 continue
@@ -162,10 +154,10 @@ class Deliverer:
             parsed[address] = (recipient, key)
             dest = destinations.get(key)
             if dest is None:
-                dest = destinations[key] = self._destination(route, recipient)
+                dest = destinations[key] = self._routing.destination(route, recipient)
             dest.recipients.append(recipient)
 
-        progress: dict[tuple[object, ...], Progress] = {key: Progress() for key in destinations}
+        progress: dict[DestinationKey, Progress] = {key: Progress() for key in destinations}
         if destinations:
             wire = await self._message(message)
             # one destination (most messages) is one session: nothing to bound
@@ -224,15 +216,13 @@ class Deliverer:
 
     # --- grouping -------------------------------------------------------------------
 
-    def _admit(
-        self, address: str, sender: EnvelopeAddress
-    ) -> tuple[EnvelopeAddress, tuple[object, ...], Route] | Reply:
+    def _admit(self, address: str, sender: EnvelopeAddress) -> tuple[EnvelopeAddress, DestinationKey, Route] | Reply:
         """The recipient with its destination's key and route, or the reply that fails it unsent. An address
         without a domain goes to a relay only."""
         recipient = parse_address(address, domainless=True)
         if recipient is None:
             return replies.own_reply(replies.BAD_RECIPIENT, f"recipient address {address!r} cannot be carried by SMTP")
-        key, route = self._routing(recipient.domain)
+        key, route = self._routing.of(recipient.domain)
         if isinstance(route, RelayRoute):
             return recipient, key, route
         if not recipient.domain:
@@ -246,26 +236,6 @@ class Deliverer:
                 f"sender address {sender.given!r} has no domain, and {recipient.domain} is routed to its MX hosts",
             )
         return recipient, key, route
-
-    def _routing(self, domain: str) -> tuple[tuple[object, ...], Route]:
-        """The key of the destination a recipient domain's mail goes to — ("relay", the route's number): one
-        destination for every domain routed to an equal relay; ("mx", domain) — and its route."""
-        found = self._routing_cache.get(domain)
-        if found is None:
-            route = self.settings.route_for(domain)
-            if isinstance(route, RelayRoute):
-                key: tuple[object, ...] = ("relay", self._relays.setdefault(route, len(self._relays)))
-            else:
-                key = ("mx", domain)
-            if len(self._routing_cache) >= 10_000:
-                self._routing_cache.clear()
-            found = self._routing_cache[domain] = (key, route)
-        return found
-
-    def _destination(self, route: Route, recipient: EnvelopeAddress) -> Destination:
-        if isinstance(route, RelayRoute):
-            return Destination(route, route.host, literal=ip_literal(route.host))
-        return Destination(route, recipient.domain, literal=recipient.literal_address)
 
     async def _message(self, message: bytes) -> PreparedMessage:
         signer = self._signer
@@ -292,18 +262,9 @@ class Deliverer:
 
     # --- one destination --------------------------------------------------------------
 
-    def _literal_resolution(self, name: str, literal: str) -> Resolution:
-        """An address (a relay's, or a recipient's [literal]): nothing to look up."""
-        found = self._literal_resolutions.get((name, literal))
-        if found is None:
-            if len(self._literal_resolutions) >= 10_000:
-                self._literal_resolutions.clear()
-            found = self._literal_resolutions[(name, literal)] = Resolution(hosts=(MailHost(name, 0, (literal,)),))
-        return found
-
     async def _resolve(self, dest: Destination, deadline: float) -> Resolution:
         if dest.literal is not None:
-            return self._literal_resolution(dest.name, dest.literal)
+            return self._routing.literal(dest.name, dest.literal)
         try:
             async with asyncio.timeout_at(deadline):
                 if isinstance(dest.route, RelayRoute):
@@ -383,7 +344,7 @@ class Deliverer:
                     progress.outcomes[recipient] = RecipientOutcome(recipient, state, reply, remote_mta)
 
         if dest.literal is not None:  # no coroutine a message for what needs no lookup
-            resolution = self._literal_resolution(dest.name, dest.literal)
+            resolution = self._routing.literal(dest.name, dest.literal)
         else:
             resolution = await self._resolve(dest, deadline)
         if resolution.failure is not None:
@@ -513,9 +474,9 @@ class Deliverer:
     def _policy(self, dest: Destination, hosts: tuple[MailHost, ...]) -> DestinationPolicy:
         """The destination's shaping policy: a relay's own limits, or SHAPING's for the domain and its MX hosts."""
         route, shaping = dest.route, self.settings.shaping
-        key: tuple[object, ...]
+        key: DestinationKey
         if isinstance(route, RelayRoute):
-            key = self._routing(dest.recipients[0].domain)[0]  # ("relay", n): no hash of the route a message
+            key = self._routing.of(dest.recipients[0].domain)[0]  # ("relay", n): no hash of the route a message
         else:
             key = (dest.name, *(h.name for h in hosts))
         policy = self._policies.get(key)
