@@ -29,8 +29,8 @@ from .mta_sts import StsPolicies, StsPolicy
 from .resolver import DnsResolver, MailHost, MxResolver, Resolution
 from .routing import DestinationKey, Routing, sender_address
 from .smtp import SmtpTransport
-from .tls import RelayContextFactory, mx_context, mx_verified_context, relay_context
-from .transport import DestinationError, Envelope, SessionReport, Target, TlsPolicy, Transport
+from .tls import RelayContextFactory, RouteContexts, mx_verified_context, relay_context
+from .transport import DestinationError, Envelope, SessionReport, Target, Transport
 from .wire import dot_stuff, has_8bit, headers_need_smtputf8, normalize_line_endings
 
 if TYPE_CHECKING:
@@ -102,11 +102,10 @@ class Deliverer:
         self.clock = clock or SystemClock()
         self.transport: Transport = transport or SmtpTransport()
         self.resolver: MxResolver = resolver or DnsResolver(settings.dns)
-        self._relay_tls_factory = relay_tls_context or relay_context
+        #: each route's TLS context, made once
+        self._contexts = RouteContexts(relay_tls_context or relay_context)
         self._max_sessions = max_sessions
         self.observer = observer
-        self._mx_context: ssl.SSLContext | None = None
-        self._relay_contexts: dict[RelayRoute, ssl.SSLContext] = {}
         #: DKIM keys are read here, once per worker: a bad one stops the worker before it claims anything
         self._signer = signer or _signer_of(settings)
         #: the thread RSA signatures' private-key operations run in, handed over in batches
@@ -280,26 +279,6 @@ class Deliverer:
             logger.error("resolver bug looking up %s: %s", dest.name, type(exc).__name__)
             return Resolution(failure=replies.own_reply(replies.DNS_TEMPORARY, f"DNS lookup of {dest.name} failed"))
 
-    def _tls_known(self, route: Route) -> tuple[TlsPolicy, ssl.SSLContext | None] | None:
-        """The route's TLS policy and context when nothing has to be made for it (else None: `_tls_for`)."""
-        if isinstance(route, MxRoute):
-            if self._mx_context is None:
-                self._mx_context = mx_context()
-            return "opportunistic", self._mx_context
-        if route.tls == "none":
-            return "none", None
-        context = self._relay_contexts.get(route)
-        return None if context is None else (route.tls, context)
-
-    async def _tls_for(self, route: Route) -> tuple[TlsPolicy, ssl.SSLContext | None]:
-        known = self._tls_known(route)
-        if known is not None:
-            return known
-        assert isinstance(route, RelayRoute)
-        if route not in self._relay_contexts:
-            self._relay_contexts[route] = await asyncio.to_thread(self._relay_tls_factory, route)
-        return route.tls, self._relay_contexts[route]
-
     async def _deliver_to(
         self,
         dest: Destination,
@@ -359,7 +338,7 @@ class Deliverer:
         else:
             port, username, password = self.settings.mx_port, None, None
         try:
-            policy, context = self._tls_known(route) or await self._tls_for(route)
+            policy, context = self._contexts.known(route) or await self._contexts.of(route)
         except Exception as exc:
             text = f"TLS for {dest.name} cannot be set up: {type(exc).__name__}: {exc}"
             if isinstance(route, RelayRoute):

@@ -3,10 +3,12 @@ and for MX hosts under an MTA-STS policy."""
 
 from __future__ import annotations
 
+import asyncio
 import ssl
 from collections.abc import Callable
 
-from ..routes import RelayRoute
+from ..routes import MxRoute, RelayRoute, Route
+from .transport import TlsPolicy
 
 #: Makes the context that verifies a relay's certificate; the default is `relay_context`.
 RelayContextFactory = Callable[[RelayRoute], ssl.SSLContext]
@@ -49,4 +51,33 @@ def relay_context(route: RelayRoute) -> ssl.SSLContext:
     return context
 
 
-__all__ = ["RelayContextFactory", "mx_context", "mx_verified_context", "relay_context"]
+class RouteContexts:
+    """Each route's TLS policy and context, made once: the MX hosts' one, each relay's (its factory in a thread)."""
+
+    def __init__(self, relay_factory: RelayContextFactory) -> None:
+        self._relay_factory = relay_factory
+        self._mx: ssl.SSLContext | None = None
+        self._relays: dict[RelayRoute, ssl.SSLContext] = {}
+
+    def known(self, route: Route) -> tuple[TlsPolicy, ssl.SSLContext | None] | None:
+        """The route's policy and context when nothing has to be made for it (else None: `of`), no coroutine."""
+        if isinstance(route, MxRoute):
+            if self._mx is None:
+                self._mx = mx_context()
+            return "opportunistic", self._mx
+        if route.tls == "none":
+            return "none", None
+        context = self._relays.get(route)
+        return None if context is None else (route.tls, context)
+
+    async def of(self, route: Route) -> tuple[TlsPolicy, ssl.SSLContext | None]:
+        known = self.known(route)
+        if known is not None:
+            return known
+        assert isinstance(route, RelayRoute)
+        if route not in self._relays:
+            self._relays[route] = await asyncio.to_thread(self._relay_factory, route)
+        return route.tls, self._relays[route]
+
+
+__all__ = ["RelayContextFactory", "RouteContexts", "mx_context", "mx_verified_context", "relay_context"]
