@@ -69,6 +69,23 @@ class Dialect(abc.ABC):
     def wake(self, conn: BaseDatabaseWrapper) -> None:  # noqa: B027 - the portable dialect wakes no one
         """Tell idle workers items became due, in the write's transaction (`send_again`), as an add does."""
 
+    def add_alone(
+        self,
+        conn: BaseDatabaseWrapper,
+        items: Sequence[NewItem],
+        now: datetime,
+        now_us: int,
+        *,
+        returning: bool,
+        lock_wait: float,
+    ) -> builtins.list[QueueItem] | None:
+        """The add of an unbounded queue without a transaction of the store's: up to `one_statement_add` items
+        in one statement, atomic by itself or a part of the caller's transaction. None: the store runs
+        `add_rows` in its transaction (`OrmStore._add`)."""
+        if len(items) <= self.one_statement_add:
+            return self.add_rows(conn, items, now, now_us, returning=returning)
+        return None
+
     @abc.abstractmethod
     def add_rows(
         self, conn: BaseDatabaseWrapper, items: Sequence[NewItem], now: datetime, now_us: int, *, returning: bool = True

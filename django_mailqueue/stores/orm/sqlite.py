@@ -76,36 +76,55 @@ class SqliteDialect(HandWritten, PortableDialect):
         self.adds += 1
         if not conn.features.can_return_rows_from_bulk_insert:  # SQLite before 3.35: no RETURNING
             return super().add_rows(conn, items, now, now_us, returning=returning)
-        result: builtins.list[QueueItem] = []
-        created = from_micros(now_us)
-        recipient_rows = (conn.features.max_query_params or CHUNK) // 4  # Django's bound: 999 parameters
         with add_cursor(conn) as (cursor, written):
-            for start in range(0, len(items), ADD_CHUNK):
-                chunk = items[start : start + ADD_CHUNK]
-                params: builtins.list[Any] = []
-                hexes: builtins.list[str] = []
-                for new in chunk:
-                    values = added_values(new, now, now_us)
-                    values[0] = key = new.id.hex  # SQLite keeps a UUID as 32 hex digits
-                    hexes.append(key)
-                    params += values
-                    if returning:
-                        result.append(as_added(new, now, now_us, text_limits=TEXT_LIMITS, created=created))
-                cursor.execute(written("add", len(chunk)), params)
-                seq_of = dict(cursor.fetchall())  # {id as 32 hex digits: seq}
-                seqs = [seq_of[key] for key in hexes]
-                recipients: builtins.list[Any] = []
-                for seq, new in zip(seqs, chunk, strict=True):
-                    for position, address in enumerate(new.recipients):
-                        recipients += (seq, position, address, address_domain(address))
-                for at in range(0, len(recipients), 4 * recipient_rows):
-                    part = recipients[at : at + 4 * recipient_rows]
-                    cursor.execute(written("add_recipient", len(part) // 4), part)
-                messages: builtins.list[Any] = []
-                for seq, new in zip(seqs, chunk, strict=True):
-                    messages += (seq, bytes(new.message))
-                cursor.execute(written("add_message", len(chunk)), messages)
-        return result
+            return _insert(cursor, written, conn, items, now, now_us, returning=returning)
+
+    def add_alone(
+        self,
+        conn: BaseDatabaseWrapper,
+        items: Sequence[NewItem],
+        now: datetime,
+        now_us: int,
+        *,
+        returning: bool,
+        lock_wait: float,
+    ) -> builtins.list[QueueItem] | None:
+        """In autocommit, with nothing of Django's watching the statements (no query log, no
+        `execute_wrappers`): the add as its own transaction on `sqlite3`'s connection — `BEGIN` (in Django's
+        `transaction_mode`), the statements, `COMMIT`, waiting for the write lock as the store's own writes
+        do — without Django's `atomic()` and cursor around it (docs/performance.md, "One `send_mail()` on
+        SQLite: the add without `atomic()`"). Errors come as Django's. None otherwise: the store's path."""
+        if (
+            conn.in_atomic_block
+            or getattr(conn, "execute_wrappers", True)  # Django's list of them; unknown: Django's path
+            or conn.queries_logged
+            or not conn.get_autocommit()
+            or conn.connection.in_transaction
+            or not conn.features.can_return_rows_from_bulk_insert
+        ):
+            return None
+        mode = getattr(conn, "transaction_mode", None)  # OPTIONS["transaction_mode"], Django 5.1+
+        begin = f"BEGIN {mode}" if mode else "BEGIN"
+        self.adds += 1
+
+        def write() -> builtins.list[QueueItem]:
+            conn.validate_thread_sharing()
+            raw = conn.connection
+            with conn.wrap_database_errors:
+                cursor = raw.cursor()
+                try:
+                    cursor.execute(begin)
+                    try:
+                        added = _insert(cursor, _qmark, conn, items, now, now_us, returning=returning)
+                        raw.commit()
+                    except BaseException:
+                        raw.rollback()
+                        raise
+                finally:
+                    cursor.close()
+            return added
+
+        return wait_for_lock(conn, write, wait=lock_wait)
 
     def read(self, item_ids: Sequence[uuid.UUID]) -> list[ItemRow]:
         return self._item_rows("read", [i.hex for i in item_ids])
@@ -212,6 +231,52 @@ def own_cursor(conn: BaseDatabaseWrapper) -> Iterator[tuple[CursorWrapper, bool]
         yield conn.make_cursor(raw), True
     finally:
         raw.close()
+
+
+def _insert(
+    cursor: Any,
+    written: Callable[[str, int], str],
+    conn: BaseDatabaseWrapper,
+    items: Sequence[NewItem],
+    now: datetime,
+    now_us: int,
+    *,
+    returning: bool,
+) -> builtins.list[QueueItem]:
+    """The add's statements on `cursor`, written by `written`; the items as stored when `returning`."""
+    result: builtins.list[QueueItem] = []
+    created = from_micros(now_us) if returning else None
+    recipient_rows = (conn.features.max_query_params or CHUNK) // 4  # Django's bound: 999 parameters
+    for start in range(0, len(items), ADD_CHUNK):
+        chunk = items[start : start + ADD_CHUNK]
+        params: builtins.list[Any] = []
+        hexes: builtins.list[str] = []
+        for new in chunk:
+            values = added_values(new, now, now_us)
+            values[0] = key = new.id.hex  # SQLite keeps a UUID as 32 hex digits
+            hexes.append(key)
+            params += values
+            if returning:
+                result.append(as_added(new, now, now_us, text_limits=TEXT_LIMITS, created=created))
+        if len(chunk) == 1:  # a send_mail()
+            cursor.execute(written("add_one", 1), params)
+            seqs = [cursor.lastrowid]
+        else:
+            cursor.execute(written("add", len(chunk)), params)
+            seq_of = dict(cursor.fetchall())  # {id as 32 hex digits: seq}
+            seqs = [seq_of[key] for key in hexes]
+        recipients: builtins.list[Any] = []
+        for seq, new in zip(seqs, chunk, strict=True):
+            for position, address in enumerate(new.recipients):
+                recipients += (seq, position, address, address_domain(address))
+        for at in range(0, len(recipients), 4 * recipient_rows):
+            part = recipients[at : at + 4 * recipient_rows]
+            cursor.execute(written("add_recipient", len(part) // 4), part)
+        messages: builtins.list[Any] = []
+        for seq, new in zip(seqs, chunk, strict=True):
+            messages += (seq, bytes(new.message))
+        cursor.execute(written("add_message", len(chunk)), messages)
+    return result
 
 
 def _percent(name: str, rows: int) -> str:

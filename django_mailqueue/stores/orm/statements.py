@@ -33,5 +33,7 @@ def statement(dialect: str, name: str) -> str:
 
 
 def with_rows(dialect: str, name: str, rows: int) -> str:
-    """`name`'s statement with its `{rows}` as `rows` copies of the row of `<name>_row.sql`, comma-separated."""
-    return statement(dialect, name).replace("{rows}", ", ".join([statement(dialect, f"{name}_row")] * rows))
+    """`name`'s statement with its `{rows}` as `rows` copies of the row of `<name>_row.sql`, comma-separated
+    (a statement without `{rows}` as it is)."""
+    sql = statement(dialect, name)
+    return sql.replace("{rows}", ", ".join([statement(dialect, f"{name}_row")] * rows)) if "{rows}" in sql else sql

@@ -194,9 +194,11 @@ class OrmStore(QueueStore):
         if not items:
             return []
         now_us = to_micros(now)
-        if self.max_items is None and len(items) <= self.dialect.one_statement_add:
-            with self._errors() as conn:  # one statement: atomic by itself, or a part of the caller's transaction
-                return self.dialect.add_rows(conn, items, now, now_us, returning=returning)
+        if self.max_items is None:
+            with self._errors() as conn:  # one statement, or the dialect's own transaction: `Dialect.add_alone`
+                added = self.dialect.add_alone(conn, items, now, now_us, returning=returning, lock_wait=self.lock_wait)
+            if added is not None:
+                return added
         return self._add(items, now, now_us, returning)
 
     @_own_write
