@@ -160,21 +160,31 @@ def test_a_busy_loop_hands_the_gil_to_the_thread_once_its_operation_is_over(
     worker = threading.Thread(target=lambda: fields.extend(thread._finish_all([pending])))
     interval = sys.getswitchinterval()
     sys.setswitchinterval(1000.0)
+    back = kept_the_gil = False
     try:
         worker.start()
-        while thread._operation_since is None:  # until the thread is in its operation (the GIL released)
-            time.sleep(0.0001)
+        deadline = time.perf_counter() + 10
+        while thread._operation_since is None and worker.is_alive() and time.perf_counter() < deadline:
+            time.sleep(0.0001)  # until the thread is in its operation (the GIL released)
         since = thread._operation_since
-        while thread._operation_since is since and time.perf_counter() - since <= 2 * thread._operation_time:
+        # The operation ran to its end without letting this thread in: it keeps the GIL.
+        kept_the_gil = since is None and not worker.is_alive()
+        while (
+            since is not None
+            and thread._operation_since is since
+            and time.perf_counter() - since <= 2 * (thread._operation_time)
+        ):
             pass  # the loop's Python: the operation ends meanwhile, and the thread waits for the GIL
-        for _ in range(5000):  # each waits up to 0.5 ms for the thread (longer if the operation is still running)
+        for _ in range(5000 if since is not None else 0):  # each waits up to 0.5 ms for the thread
             if thread._operation_since is not since:
                 break
             thread._nudge()
-        back = thread._operation_since is not since
+        back = since is not None and thread._operation_since is not since
     finally:
         sys.setswitchinterval(interval)
         worker.join(10)
+    if kept_the_gil:
+        pytest.skip("this cryptography's RSA operation keeps the GIL (42.0 does): there is nothing to hand over")
     assert back and thread.gil_hand_offs >= 1
     with mock.patch.object(dkim.time, "time", return_value=WHEN):
         assert fields[0] + original == signer.sign(original)
