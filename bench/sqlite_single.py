@@ -31,6 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import django
+from django.core.mail import EmailMessage
 
 from bench.commit_floor import payload
 
@@ -148,6 +149,56 @@ def ours(path: Path, template: Path, count: int, size: int) -> dict[str, float]:
     return out
 
 
+class PromisedBackend:
+    """A backend doing only what `send_mail()` promises when it returns: `message_to_item` (exact bytes, envelope,
+    bad input refused, size limit, id), the store contract's `check_new_item`, and one `ONE_ROW` row, autocommitted,
+    straight through sqlite3 (set `db` before use)."""
+
+    db: sqlite3.Connection
+
+    def __init__(self, fail_silently: bool = False, **kwargs: object) -> None:
+        from django_mailqueue.conf import get_settings
+
+        self.settings = get_settings()
+
+    def send_messages(self, messages: list[EmailMessage]) -> int:
+        from django_mailqueue.envelopes import message_to_item
+        from django_mailqueue.stores.inputs import check_new_item
+
+        settings = self.settings
+        for message in messages:
+            item = message_to_item(message, max_message_size=settings.max_message_size, route_for=settings.route_for)
+            check_new_item(item)
+            rcpt = item.recipients[0]
+            now = time.time_ns() // 1000
+            row = (item.id.hex, item.sender, rcpt, rcpt.rpartition("@")[2], len(item.message), now, now, item.queue)
+            self.db.execute(ONE_ROW_INSERT, (*row, item.message_id, item.subject, item.message))
+        return len(messages)
+
+
+def promised(path: Path, count: int, size: int) -> dict[str, float]:
+    from django.core.mail import get_connection, send_mail
+    from django.utils.module_loading import import_string
+
+    from bench import driver
+
+    fresh(path)
+    db = sqlite3.connect(path, isolation_level=None)
+    for sql in ONE_ROW:
+        db.execute(sql)
+    import_string("bench.sqlite_single.PromisedBackend").db = db  # the class get_connection() finds (not __main__'s)
+    messages = {i: driver.make(i % 100000, size) for i in range(-10, count)}
+
+    def send(i: int) -> None:
+        m = messages[i]
+        # send_mail() as Django runs it: get_connection() of the site's backend, an EmailMessage, send_messages()
+        send_mail(m.subject, m.body, m.sender, [m.to], connection=get_connection("bench.sqlite_single.PromisedBackend"))
+
+    out = timed(send, count)
+    db.close()
+    return out
+
+
 def new_id() -> str:
     """An id in time order, as the queue makes them, as SQLite keeps a UUID (32 hex digits)."""
     from django_mailqueue.core.items import new_item_id
@@ -176,6 +227,7 @@ def main() -> None:
     lines: dict[str, Callable[[], dict[str, float]]] = {
         "floor": lambda: floor(other, args.count, args.size),
         "one_row": lambda: one_row(other, args.count, args.size),
+        "promised": lambda: promised(other, args.count, args.size),
         "our_sql": lambda: our_sql(other, template, args.count, args.size),
         "ours": lambda: ours(path, template, args.count, args.size),
     }
