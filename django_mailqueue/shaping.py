@@ -255,10 +255,13 @@ def relay_key(host: str, port: int) -> str:
 def suspends(reply: Reply, policy: DestinationPolicy) -> float | None:
     """Seconds of a first suspension when `reply` (a server's) suspends its destination: the first rule
     that matches (your own before the defaults), else any 421 for SUSPEND; None when it does not."""
+    code = reply.code
+    if code is None or not 400 <= code < 500:
+        return None  # only a server's temporary reply suspends (`ThrottleRule.matches`): most replies, no rule asked
     for rule in policy.rules:
         if rule.matches(reply):
             return rule.seconds
-    if reply.code == 421:
+    if code == 421:
         return policy.suspend
     return None
 

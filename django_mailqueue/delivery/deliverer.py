@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
-from ..conf import MxRoute, QueueSettings, RelayRoute, Route
+from ..conf import MxRoute, QueueSettings, RelayRoute, Route, Timeouts
 from ..core.clock import Clock, SystemClock
 from ..core.errors import Code, QueueError
 from ..core.items import RecipientOutcome, RecipientState, Reply
@@ -366,7 +366,11 @@ class Deliverer:
                 decide_all(reply, RecipientState.PENDING)
                 return
         shaped = self._policy(dest, hosts)
-        held = await self._enter(shaped, deadline)
+        gate = self.gate
+        if gate is None or gate.ready(shaped):  # most messages: the gate answers at once, no coroutine, no deadline
+            held = None if gate is None else gate.suspended(shaped.key)
+        else:
+            held = await self._enter(shaped, deadline)
         if held is not None:
             decide_all(suspended_reply(held), RecipientState.PENDING)
             progress.report = DestinationReport(shaped, dest.name, suspended=held)
@@ -376,7 +380,8 @@ class Deliverer:
         seen: list[Reply] = []
         #: per skipped host: it could not be reached (SessionReport.unreachable)
         dead: list[bool] = []
-        before_connect = self._before_connect(shaped.key, holder, route, deadline)
+        timeouts = self.settings.timeouts_for(route)
+        before_connect = self._before_connect(shaped.key, holder, timeouts, deadline)
         accepted = self._accepted(shaped.key, holder)
         for host, address in _addresses(hosts, self.settings.mx_address_limit):
             if loop.time() >= deadline:
@@ -396,7 +401,7 @@ class Deliverer:
                 tls=policy,
                 tls_context=context,
                 helo_name=self.settings.hostname,
-                timeouts=self.settings.timeouts_for(route),
+                timeouts=timeouts,
                 deadline=deadline,
                 username=username,
                 password=password,
@@ -472,7 +477,7 @@ class Deliverer:
         return policy
 
     def _before_connect(
-        self, key: str, holder: str, route: Route, deadline: float
+        self, key: str, holder: str, timeouts: Timeouts, deadline: float
     ) -> Callable[[], Awaitable[Reply | None]] | None:
         """What the transport asks right before it opens a new connection to the destination `key` (a connection,
         not a message: a cached connection is used without it): the store's word on its suspension (a read
@@ -481,10 +486,9 @@ class Deliverer:
         gate = self.gate
         if gate is None:
             return None
-        timeouts = self.settings.timeouts_for(route)
-        seconds = probe_seconds(timeouts.connect, timeouts.greeting)
 
-        async def check() -> Reply | None:
+        async def check() -> Reply | None:  # made each attempt, called only before a new connection
+            seconds = probe_seconds(timeouts.connect, timeouts.greeting)
             held = await gate.connect(key, holder, seconds=seconds, deadline=deadline)
             return None if held is None else suspended_reply(held)
 

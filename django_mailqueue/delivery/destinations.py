@@ -58,6 +58,11 @@ class DestinationGate(Protocol):
         """The suspension in force for a shaping key, as this worker knows it (no I/O)."""
         ...
 
+    def ready(self, policy: DestinationPolicy) -> bool:
+        """Whether `enter` would answer at once (no read of the store, no token to wait for): then `suspended` is
+        its answer (no I/O)."""
+        ...
+
     async def enter(self, policy: DestinationPolicy) -> Suspension | None:
         """Before the destination's sessions: its suspension, else None once its rate allows one more message."""
         ...

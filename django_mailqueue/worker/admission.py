@@ -164,6 +164,8 @@ class ShapingSteps:
             if self.observer is not None:
                 self.observer.told([event], item=None, now=self.clock.now())
             await tell(type(self.store), [event])
+        if not made and not self.shaper.suspending:
+            return None  # no suspension anywhere in the view: nothing for the item to wait for
         ends = [s.until for s in made]
         ends += [s.until for r in reports if (s := self.shaper.suspended(r.policy.key)) is not None]
         return max(ends, default=None)

@@ -11,6 +11,7 @@ suspension. docs/shaping.md, "Slow start", says why.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -83,6 +84,11 @@ class Probes:
         return next_step(
             healthy_until=self._healthy.get(key), leader=None if lead is None else lead.holder, holder=holder, now=now
         )
+
+    @property
+    def led(self) -> Mapping[str, Lead]:
+        """The destinations (shaping keys) whose probe an attempt of this worker leads."""
+        return self._leads
 
     def cold(self, key: str, now: float) -> bool:
         """A probe of the destination is under way (led here): new attempts for it wait, holding no slot."""

@@ -23,7 +23,7 @@ from ..core.errors import QueueError
 from ..core.items import QueueItem, Reply
 from ..core.shaping import Suspension
 from ..delivery.destinations import DestinationReport
-from ..shaping import DestinationPolicy, is_dead, suspends, suspension_seconds
+from ..shaping import DestinationPolicy, is_dead, relay_key, suspends, suspension_seconds
 from ..stores.base import QueueStore
 from .probing import Probes, Step, probe_hold, recheck_after
 from .tokens import Tokens
@@ -71,6 +71,18 @@ class Wait:
 
 #: The admission of the attempt this task runs (set by the worker, read by the deliverer through `enter`).
 TICKET: ContextVar[Ticket | None] = ContextVar("mailqueue_ticket", default=None)
+
+
+def _shared_relays(settings: QueueSettings) -> frozenset[str]:
+    """The relays (shaping keys) that some routes reach with a RATE or a CONNECTIONS and others without."""
+    bound: dict[str, set[bool]] = {}
+    for route in settings.routes.values():
+        if isinstance(route, RelayRoute):
+            limits = route.limits
+            bound.setdefault(relay_key(route.host, route.port), set()).add(
+                limits.rate is not None or limits.connections is not None
+            )
+    return frozenset(key for key, kinds in bound.items() if len(kinds) > 1)
 
 
 class Shaper:
@@ -126,10 +138,15 @@ class Shaper:
         self._renewing: dict[str, asyncio.Task[None]] = {}
         #: holder -> its renewal's store call under way (not cancelled: an end of the probe waits for it)
         self._renewal_calls: dict[str, asyncio.Future[Suspension | datetime | None]] = {}
+        #: relays some routes through which set a RATE or CONNECTIONS and some not: every route's attempts count
+        #: against those limits, so none of them is admitted without its slot counted (`unbound`)
+        self._shared_relays = _shared_relays(settings)
 
     # --- which destination --------------------------------------------------------------
 
     def learn(self, domain: str, policy: DestinationPolicy) -> None:
+        if self._policies.get(domain) is policy:
+            return  # known already (the deliverer tells it each message)
         if len(self._policies) >= MAX_DOMAINS:
             self._policies.clear()
             self._domains.clear()
@@ -164,8 +181,8 @@ class Shaper:
                 unknown = True
             else:
                 policies[policy.key] = policy
-        if not policies:
-            return Ticket()
+        if not policies or self.unbound(policies):
+            return Ticket()  # nothing to count, nothing to wait for: a ticket of no slot, released for free
         now = self.clock.now() if self._view else None
         free: list[DestinationPolicy] = []
         held: list[Suspension] = []
@@ -195,8 +212,26 @@ class Shaper:
                 self.tokens.stock[policy.key] -= 1
         return Ticket(tuple(free), began)
 
+    def unbound(self, policies: dict[str, DestinationPolicy]) -> bool:
+        """Whether an attempt to these destinations (by shaping key) has nothing to count and nothing to wait for:
+        none has a RATE or a CONNECTIONS (nor shares its relay with a route that has one), is in the view of
+        suspensions, or has a probe of this worker's under way. Such an attempt is admitted with an empty `Ticket`:
+        no slot counted, no token, nothing to release — what slots would count is read only against a limit. A
+        suspension and slow start still apply to it: before each new connection (`connect`), in `enter`, and in
+        `observe` after the attempt (docs/shaping.md, "What shaping costs a message")."""
+        view, led, shared = self._view, self.probes.led, self._shared_relays
+        for key, policy in policies.items():
+            limits = policy.limits
+            if limits.rate is not None or limits.connections is not None:
+                return False
+            if key in view or key in led or key in shared:
+                return False
+        return True
+
     def release(self, ticket: Ticket) -> None:
         """The attempt's SMTP part is over: its connection slots are free, its tokens done."""
+        if not ticket.policies and not ticket.later:
+            return  # admitted `unbound` (or to destinations not known yet, and no token taken since)
         for policy in (*ticket.policies, *ticket.later):
             if policy.limits.rate is not None:
                 self.tokens.done(policy, policy.limits.rate)
@@ -231,6 +266,17 @@ class Shaper:
         if suspension is None or suspension.until <= self.clock.now():
             return None
         return suspension
+
+    def ready(self, policy: DestinationPolicy) -> bool:
+        """Whether `enter` would answer without a wait, so that `suspended` is its answer: the view of the
+        suspensions is fresh (read within `VIEW_TTL`) and there is no token to take (no RATE, or the attempt's
+        admission took it). Most messages: no coroutine, no deadline scope."""
+        if self.stale:
+            return False
+        if policy.limits.rate is None:
+            return True
+        ticket = TICKET.get()
+        return ticket is not None and any(p.key == policy.key for p in ticket.policies)
 
     async def enter(self, policy: DestinationPolicy) -> Suspension | None:
         if self.stale:  # no session on a view older than VIEW_TTL, however busy the worker's loop is
@@ -368,6 +414,11 @@ class Shaper:
     # --- the view of suspensions -----------------------------------------------------------------
 
     @property
+    def suspending(self) -> bool:
+        """Whether the view holds a suspension (in force or ended, not read again since)."""
+        return bool(self._view)
+
+    @property
     def stale(self) -> bool:
         return self._view_at is None or asyncio.get_running_loop().time() - self._view_at >= VIEW_TTL
 
@@ -447,7 +498,12 @@ class Shaper:
                     await self._end_probe(probed, report.holder)
                 continue
             policy, key = report.policy, report.policy.key
-            throttle = next(((r, s) for r in report.replies if (s := suspends(r, policy)) is not None), None)
+            throttle: tuple[Reply, float] | None = None
+            for reply in report.replies:
+                first = suspends(reply, policy)
+                if first is not None:
+                    throttle = (reply, first)
+                    break
             suspension: Suspension | None = None
             if throttle is not None:
                 self._unreachable[key] = 0
@@ -460,7 +516,7 @@ class Shaper:
                     suspension = await self._suspend(policy, report.replies[-1], policy.suspend)
             else:
                 self._unreachable[key] = 0
-                if report.delivered:
+                if report.delivered and key in self._strikes:  # no record of it known: nothing to clear
                     await self._succeeded(key)
             if suspension is not None:
                 made.append(suspension)  # its write ended the probe
