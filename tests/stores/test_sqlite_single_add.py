@@ -189,3 +189,21 @@ def test_a_mass_mail_outside_atomic_stores_every_item_with_its_recipients_and_by
         assert recipients[seq] == [f"to{i}@example.org", f"cc{i}@example.net"]
         assert f"body {i}".encode() in data[seq]
         assert item.size == len(data[seq])
+
+
+@pytest.mark.parametrize("count", [1, 3])
+def test_one_message_is_one_row_of_each_table_its_recipients_in_order(traced: list[str], count: int) -> None:
+    """A `send_mail()` of one or several recipients (`sqlite._insert_one`): three `INSERT`s whatever the count,
+    the recipients by position with their domains lowercase, a `send_at` kept as the item's first due time."""
+    to = [f"To{i}@Example.ORG" for i in range(count)]
+    message = EmailMessage("s", "b", "from@example.com", to)
+    message.send_at = timezone.now() + timezone.timedelta(hours=1)  # type: ignore[attr-defined]
+    assert message.send() == 1
+    assert [kind for kind in kinds(traced) if kind.startswith("INSERT")] == [f"INSERT {table}" for table in TABLES]
+    item = QueuedItem.objects.get()
+    assert item.next_attempt - item.created > 3599 * 10**6
+    assert [
+        (r.position, r.address, r.domain) for r in QueuedRecipient.objects.filter(item=item).order_by("position")
+    ] == [(i, address, "example.org") for i, address in enumerate(to)]
+    data = bytes(QueuedMessage.objects.get(item=item).data)
+    assert item.size == len(data) and b"\r\nSubject: s\r\n" in data

@@ -30,6 +30,8 @@ _T = TypeVar("_T")
 CHUNK = 900
 #: Items added in one statement (8 parameters each; their messages 2 each, in one more).
 ADD_CHUNK = 500
+#: The recipients an item added alone may have for `_insert_one` (one statement under SQLite's bound of 999).
+ONE_RECIPIENTS = 200
 #: How often an idle worker looks at `PRAGMA data_version`, in seconds.
 POLL = 0.025
 
@@ -105,6 +107,7 @@ class SqliteDialect(HandWritten, PortableDialect):
             return None
         mode = getattr(conn, "transaction_mode", None)  # OPTIONS["transaction_mode"], Django 5.1+
         begin = f"BEGIN {mode}" if mode else "BEGIN"
+        one = not returning and len(items) == 1 and len(items[0].recipients) <= ONE_RECIPIENTS
         self.adds += 1
 
         def write() -> builtins.list[QueueItem]:
@@ -115,7 +118,11 @@ class SqliteDialect(HandWritten, PortableDialect):
                 try:
                     cursor.execute(begin)
                     try:
-                        added = _insert(cursor, _qmark, conn, items, now, now_us, returning=returning)
+                        if one:
+                            _insert_one(cursor, items[0], now, now_us)
+                            added: builtins.list[QueueItem] = []
+                        else:
+                            added = _insert(cursor, _qmark, conn, items, now, now_us, returning=returning)
                         raw.commit()
                     except BaseException:
                         raw.rollback()
@@ -279,6 +286,25 @@ def _insert(
     return result
 
 
+def _insert_one(cursor: Any, new: NewItem, now: datetime, now_us: int) -> None:
+    """`_insert` of one item (a `send_mail()`) of at most `ONE_RECIPIENTS` recipients, nothing returned:
+    its row (`add_one.sql`, its seq the rowid), its recipients' rows in one statement, its message's."""
+    values = added_values(new, now, now_us)
+    values[0] = new.id.hex  # SQLite keeps a UUID as 32 hex digits
+    cursor.execute(_ADD_ONE, values)
+    seq = cursor.lastrowid
+    recipients = new.recipients
+    if len(recipients) == 1:
+        address = recipients[0]
+        cursor.execute(_ADD_RECIPIENT, (seq, 0, address, address_domain(address)))
+    else:
+        rows: builtins.list[Any] = []
+        for position, address in enumerate(recipients):
+            rows += (seq, position, address, address_domain(address))
+        cursor.execute(_qmark("add_recipient", len(recipients)), rows)
+    cursor.execute(_ADD_MESSAGE, (seq, bytes(new.message)))
+
+
 def _percent(name: str, rows: int) -> str:
     return with_rows(SqliteDialect.name, name, rows)
 
@@ -286,6 +312,10 @@ def _percent(name: str, rows: int) -> str:
 @functools.cache
 def _qmark(name: str, rows: int) -> str:
     return with_rows(SqliteDialect.name, name, rows).replace("%s", "?")
+
+
+#: `_insert_one`'s statements, for one item and one recipient.
+_ADD_ONE, _ADD_RECIPIENT, _ADD_MESSAGE = (_qmark(name, 1) for name in ("add_one", "add_recipient", "add_message"))
 
 
 def _chunks(values: list[Any]) -> list[list[Any]]:

@@ -195,8 +195,15 @@ class OrmStore(QueueStore):
             return []
         now_us = to_micros(now)
         if self.max_items is None:
-            with self._errors() as conn:  # one statement, or the dialect's own transaction: `Dialect.add_alone`
+            # `_errors()` written out (the single send_mail()'s path): one statement, or the dialect's own
+            # transaction (`Dialect.add_alone`)
+            conn = connections[self.alias]
+            if not conn.in_atomic_block:
+                drop_if_broken(conn)
+            try:
                 added = self.dialect.add_alone(conn, items, now, now_us, returning=returning, lock_wait=self.lock_wait)
+            except DatabaseError as exc:
+                raise _unavailable(exc) from exc
             if added is not None:
                 return added
         return self._add(items, now, now_us, returning)
