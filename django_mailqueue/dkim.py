@@ -310,7 +310,7 @@ class DkimSigner:
         self.fast = lacking is None
         self._from_domains: dict[bytes, str | None] = {}
         #: each key's `_constants`, by the key's id (with the key: an id is only unique while its object lives)
-        self._per_key: dict[int, tuple[SigningKey, tuple[frozenset[bytes], bytes, bytes, bytes]]] = {}
+        self._per_key: dict[int, tuple[SigningKey, tuple[frozenset[bytes], bytes, bytes, bytes, str]]] = {}
 
     @classmethod
     def from_settings(cls, entries: Mapping[str, DkimEntry]) -> DkimSigner | None:
@@ -331,9 +331,9 @@ class DkimSigner:
         domain = self._from_domains[from_value] = _address_domain(from_value)
         return domain
 
-    def _constants(self, key: SigningKey) -> tuple[frozenset[bytes], bytes, bytes, bytes]:
+    def _constants(self, key: SigningKey) -> tuple[frozenset[bytes], bytes, bytes, bytes, str]:
         """What a key's every signature shares, worked out at its first: the header field names it signs when
-        present (lowercase), and its selector, domain and algorithm as the field writes them."""
+        present (lowercase), its selector, domain and algorithm as the field writes them, and its `describe()`."""
         known = self._per_key.get(id(key))
         if known is not None and known[0] is key:
             return known[1]
@@ -342,8 +342,9 @@ class DkimSigner:
         selector, domain, algorithm = (
             value.encode("ascii") for value in (entry.selector, entry.domain, entry.algorithm)
         )
-        self._per_key[id(key)] = (key, (wanted, selector, domain, algorithm))
-        return wanted, selector, domain, algorithm
+        constants = (wanted, selector, domain, algorithm, entry.describe())
+        self._per_key[id(key)] = (key, constants)
+        return constants
 
     def key_for(self, domain: str | None) -> SigningKey | None:
         if domain is None:
@@ -364,17 +365,23 @@ class DkimSigner:
         """The signature's first step (on a worker, on its event loop): a `PendingSignature` whose private-key
         operation is still to do (`finish`), or the whole field when there is no such step to part (dkimpy
         signing alone), or b"" when the message is not signed."""
-        from .delivery.wire import header_section
+        # the fast path parses the header once, for the From domain, the fields signed and their hash
+        parsed = dkimpy_adapter.parse(normalized) if self.fast else None
+        if parsed is not None:
+            names = parsed.names
+            value = parsed.values[names.index(b"from")] if b"from" in names else None
+        else:
+            from .delivery.wire import header_section
 
-        headers = header_section(normalized)
-        value = _field_value(headers, b"from")
+            headers = header_section(normalized)
+            value = _field_value(headers, b"from")
+            names = _present_fields(headers)
         key = self.key_for(None if value is None else self._domain_of(value))
         if key is None:
             return b""
-        entry = key.entry
-        wanted, selector, domain, algorithm = self._constants(key)
-        present = [name for name in _present_fields(headers) if name in wanted]
-        include = [*present, b"from"]  # From once more than it occurs: none can be added
+        wanted, selector, domain, algorithm, signer = self._constants(key)
+        include = [name for name in names if name in wanted]
+        include.append(b"from")  # From once more than it occurs: none can be added
         try:
             if self.fast and key.private_key is not None:
                 return dkimpy_adapter.prepare(
@@ -385,7 +392,8 @@ class DkimSigner:
                     include_headers=include,
                     private_key=key.private_key,
                     now=int(time.time()),
-                    signer=entry.describe(),
+                    signer=signer,
+                    parsed=parsed,
                 )
             signed = self._sign(
                 normalized,
@@ -398,7 +406,7 @@ class DkimSigner:
                 linesep=b"\r\n",
             )
         except Exception as exc:  # a message dkimpy cannot sign still goes, unsigned
-            _unsigned(entry.describe(), exc)
+            _unsigned(signer, exc)
             return b""
         return bytes(signed)
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+import random
 from pathlib import Path
 from unittest import mock
 
@@ -13,6 +14,7 @@ import pytest
 from django_mailqueue import dkimpy_adapter
 from django_mailqueue.delivery.wire import normalize_line_endings
 from django_mailqueue.dkim import DEFAULT_HEADERS, DkimEntry, DkimSigner, load_key
+from django_mailqueue.management.commands.mailqueue_dkim_keygen import generate_pem
 from tests.support.dns_server import DnsServer
 from tests.support.mail_dkim import mail_dkim_result, require_mail_dkim
 from tests.worker.test_dkim import ALGORITHMS, MESSAGES, changed_body_byte, publish, verifies
@@ -90,6 +92,14 @@ EDGES = {
     "bare-cr-in-a-line": _HEAD + b"\r\na\rb \r\r\n",
     "bare-lf": b"From: a@origin.test\nSubject: s  t\n\nbody  x \n\n",
     "crlf-in-the-body-only": _HEAD.replace(b"\r\n", b"\n") + b"\r\n\r\nbody\r\n",
+    # what the one-pass header parse must read as dkimpy's parser does, or leave to it
+    "a-name-starting-with-a-colon": _HEAD + b":x: y\r\nTo: c@dest.test\r\n\r\nbody\r\n",
+    "a-space-before-the-colon": b"From : a@origin.test\r\nFrom: A <a@origin.test>\r\nSubject: s\r\n\r\nb\r\n",
+    "a-cr-at-a-value-end": b"From: a@origin.test\r\nSubject: s\r\r\nTo: b@dest.test\r\n\r\nbody\r\n",
+    "empty-values-and-no-space": b"From:a@origin.test\r\nSubject:\r\nTo:   \r\n\r\nbody\r\n",
+    "mixed-case-names": b"FROM: a@origin.test\r\nsubject: s\r\nTo: b@dest.test\r\nSUBJECT: t\r\n\r\nx\r\n",
+    "folded-from": b"From: A\r\n <a@origin.test>\r\nSubject: s\r\n\r\nbody\r\n",
+    "header-without-final-crlf": b"From: a@origin.test\r\nSubject: s",
 }
 
 
@@ -105,6 +115,83 @@ def test_the_signature_is_dkimpys_own_byte_for_byte_at_the_edges(
     assert ours == dkimpys
     if b"\n" not in EDGES[kind].replace(b"\r\n", b""):  # dkimpy's verifier reads CRLF messages
         assert verifies(ours, dns_server)
+
+
+def _random_message(rng: random.Random) -> bytes:
+    """A CRLF message of fields in random order, case, spacing and folding, some repeated, some not signed."""
+    names = [
+        "From",
+        "To",
+        "Cc",
+        "Subject",
+        "Date",
+        "Message-ID",
+        "MIME-Version",
+        "Content-Type",
+        "X-Mailer",
+        "Reply-To",
+    ]
+    words = ["a", "b@dest.test", "Grüße".encode().decode("latin-1"), "=?utf-8?q?x?=", "(c)", "<1@origin.test>", ";"]
+    lines = [f"From:{rng.choice([' ', '', '  ', chr(9)])}A <a@origin.test>"]
+    for _ in range(rng.randrange(0, 12)):
+        name = rng.choice(names)
+        name = rng.choice([name, name.lower(), name.upper()])
+        value = "".join(rng.choice([" ", "  ", "\t", " \r\n ", "\r\n\t"]) + rng.choice(words) for _ in range(4))
+        lines.append(name + ":" + value + rng.choice(["", " ", "\t"]))
+    rng.shuffle(lines)
+    body = "".join(rng.choice(["text", " ", "  ", "\t", "\r\n", "\r\n\r\n", "é"]) for _ in range(rng.randrange(0, 40)))
+    return "\r\n".join([*lines, "", body]).encode("latin-1")
+
+
+def test_the_signature_is_dkimpys_own_byte_for_byte_over_random_messages() -> None:
+    key = load_key(
+        DkimEntry("origin.test", "origin.test", "mq1", generate_pem("ed25519-sha256").decode(), "ed25519-sha256")
+    )
+    fast, alone = DkimSigner({"origin.test": key}), DkimSigner({"origin.test": key}, fast=False)
+    rng = random.Random(21)
+    with mock.patch.object(dkim.time, "time", return_value=WHEN):
+        for _ in range(300):
+            original = _random_message(rng)
+            assert fast.sign(original) == alone.sign(original), original
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_the_signature_is_dkimpys_own_byte_for_byte_where_dkimpy_folds_inside_a_tag(algorithm: str) -> None:
+    """A d= or h= name longer than a folded line's first part: dkimpy's folding breaks inside it, and the
+    field as hashed keeps the break's space."""
+    domain = "a-signing-domain-long-enough-to-be-folded-inside-it.origin.test"
+    pem = generate_pem(algorithm).decode()
+    for entry in (
+        DkimEntry(domain, domain, "mq1", pem, algorithm),
+        DkimEntry(
+            domain, domain, "mq1", pem, algorithm, ("from", "x-a-field-name-long-enough-to-be-folded-inside-it-too")
+        ),
+    ):
+        key = load_key(entry)
+        fast, alone = DkimSigner({domain: key}), DkimSigner({domain: key}, fast=False)
+        original = (
+            f"From: a@{domain}\r\nX-A-Field-Name-Long-Enough-To-Be-Folded-Inside-It-Too: v\r\n\r\nbody\r\n"
+        ).encode()
+        with mock.patch.object(dkim.time, "time", return_value=WHEN):
+            ours = fast.sign(original)
+            assert ours == alone.sign(original)
+        assert b"\r\n " in ours.split(b"; bh=")[0]
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_a_worker_message_is_signed_without_dkimpys_parser_and_folded_once(
+    algorithm: str, dns_server: DnsServer, tmp_path: Path
+) -> None:
+    """dkimpy's parser and folding are Python loops over lines: the header is read once, by one regular
+    expression, and only the finished field is folded (the field as hashed, b= empty, needs no folding)."""
+    fast = signers(dns_server, tmp_path, algorithm)[0]
+    with (
+        mock.patch.object(dkim, "rfc822_parse", wraps=dkim.rfc822_parse) as parsed,
+        mock.patch.object(dkim, "fold", wraps=dkim.fold) as folded,
+    ):
+        signed = fast.sign(message("attachments"))
+    assert signed.startswith(b"DKIM-Signature: ") and verifies(signed, dns_server)
+    assert (parsed.call_count, folded.call_count) == (0, 1)
 
 
 def test_a_failed_private_key_operation_sends_the_message_unsigned(
