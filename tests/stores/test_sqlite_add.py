@@ -82,3 +82,49 @@ def test_a_failed_add_leaves_the_callers_transaction_usable() -> None:
         assert QueuedItem.objects.count() == 1
     assert QueuedItem.objects.get().subject == "kept"
     assert QueuedRecipient.objects.count() == QueuedMessage.objects.count() == 1
+
+
+def test_a_batch_reads_no_row_back_from_its_insert() -> None:
+    """A batch's items are one INSERT without RETURNING: their seqs are read as the table's largest after it
+    (`add_last.sql`), one value, not a row an item (docs/performance.md, "The bulk enqueue floor")."""
+    seen: list[str] = []
+    connection.ensure_connection()
+    connection.connection.set_trace_callback(seen.append)
+    try:
+        with transaction.atomic():
+            assert send_mass_mail(batch(3)) == 3
+    finally:
+        connection.connection.set_trace_callback(None)
+    assert len(adds(seen)) == 3
+    assert not [sql for sql in seen if "RETURNING" in sql.upper()]
+    assert len([sql for sql in seen if sql.lstrip().upper().startswith("SELECT")]) == 1  # the largest seq alone
+    by_subject = {item.subject: item for item in QueuedItem.objects.all()}
+    for i in range(3):
+        item = by_subject[f"s{i}"]
+        assert list(QueuedRecipient.objects.filter(item_id=item.seq).values_list("address", flat=True)) == [
+            f"to{i}@example.org"
+        ]
+        assert f"\r\nSubject: s{i}\r\n".encode() in QueuedMessage.objects.get(item_id=item.seq).data
+
+
+def test_rowids_past_the_largest_are_read_back_by_id() -> None:
+    """Once the table holds rowid 2**63-1, SQLite picks new rowids at random: a batch's items then still get
+    their own recipients and bytes (their seqs read back by id, not counted back from the last)."""
+    largest = 2**63 - 1
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {TABLES[0]} (seq, id, sender, size, created, next_attempt, attempts, queue, owner,"
+            " lease_expires, revision, reclaims, delay_warned, message_id, subject, failed_at)"
+            " VALUES (%s, %s, '', 1, 0, 0, 0, 'default', NULL, NULL, 0, 0, 0, '', 'top', NULL)",
+            [largest, "f" * 32],
+        )
+    with transaction.atomic():
+        assert send_mass_mail(batch(5)) == 5
+    items = {item.subject: item for item in QueuedItem.objects.exclude(seq=largest)}
+    assert len(items) == 5
+    for i in range(5):
+        seq = items[f"s{i}"].seq
+        assert list(QueuedRecipient.objects.filter(item_id=seq).values_list("address", flat=True)) == [
+            f"to{i}@example.org"
+        ]
+        assert f"\r\nSubject: s{i}\r\n".encode() in QueuedMessage.objects.get(item_id=seq).data

@@ -265,13 +265,13 @@ def _insert(
             params += values
             if returning:
                 result.append(as_added(new, now, now_us, text_limits=TEXT_LIMITS, created=created))
+        seqs: Sequence[int]
         if len(chunk) == 1:  # a send_mail()
             cursor.execute(written("add_one", 1), params)
             seqs = [cursor.lastrowid]
         else:
             cursor.execute(written("add", len(chunk)), params)
-            seq_of = dict(cursor.fetchall())  # {id as 32 hex digits: seq}
-            seqs = [seq_of[key] for key in hexes]
+            seqs = _added_seqs(cursor, written, hexes)
         recipients: builtins.list[Any] = []
         for seq, new in zip(seqs, chunk, strict=True):
             for position, address in enumerate(new.recipients):
@@ -303,6 +303,22 @@ def _insert_one(cursor: Any, new: NewItem, now: datetime, now_us: int) -> None:
             rows += (seq, position, address, address_domain(address))
         cursor.execute(_qmark("add_recipient", len(recipients)), rows)
     cursor.execute(_ADD_MESSAGE, (seq, bytes(new.message)))
+
+
+def _added_seqs(cursor: Any, written: Callable[[str, int], str], hexes: Sequence[str]) -> Sequence[int]:
+    """The seqs of the rows `add.sql` just made, ids `hexes`, in their order. SQLite gives a row added without
+    a rowid one more than the table's largest (sqlite.org/autoinc.html), so one statement's rows get
+    consecutive rowids, the last the cursor's `lastrowid`, the table's largest then — unless the largest was
+    2**63 - 1, when SQLite picks unused rowids at random: then the largest is not the last row's, and
+    the rows are read back by id. The add's transaction holds the write lock: no other writer comes between
+    (a trigger of the site's that adds rows to the items table is not provided for)."""
+    last = cursor.lastrowid
+    cursor.execute(written("add_last", 0), ())
+    if cursor.fetchone()[0] == last:
+        return range(last - len(hexes) + 1, last + 1)
+    cursor.execute(written("add_seqs", len(hexes)), hexes)
+    seq_of = dict(cursor.fetchall())  # {id as 32 hex digits: seq}
+    return [seq_of[key] for key in hexes]
 
 
 def _percent(name: str, rows: int) -> str:

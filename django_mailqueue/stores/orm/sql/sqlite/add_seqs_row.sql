@@ -1,0 +1,2 @@
+-- An id of add_seqs.sql.
+%s
