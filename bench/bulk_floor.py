@@ -25,6 +25,7 @@ prints one JSON object: seconds (the faster layout's), count, and each layout's 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import sqlite3
 import sys
@@ -96,6 +97,7 @@ def on_sqlite(path: Path, layout: str, count: int, size: int) -> tuple[float, fl
 
     batch([driver.make(100000 + j, size) for j in range(BATCH)])  # warm: lazy imports, the schema
     batches = [[driver.make(i + j, size) for j in range(min(BATCH, count - i))] for i in range(0, count, BATCH)]
+    gc.collect()  # as bench/driver.py before its clock
     started, cpu = time.perf_counter(), time.process_time()
     for msgs in batches:
         batch(msgs)

@@ -16,6 +16,7 @@ any library can reach over the peers. Prints one JSON object: seconds, count.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import sqlite3
 import sys
@@ -38,6 +39,7 @@ def timed_inserts(insert: Callable[[bytes], object], count: int, size: int, warm
     for i in range(warmup):
         insert(payload(-i - 1, size))
     rows = [payload(i, size) for i in range(count)]
+    gc.collect()  # as bench/driver.py before its clock
     started = time.perf_counter()
     for data in rows:
         insert(data)
