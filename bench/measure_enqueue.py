@@ -93,56 +93,29 @@ def floor(ctx: Context, db: str, rep: int) -> None:
 
 def bulk_floor(ctx: Context, rep: int) -> None:
     """One run of the bulk floor (batches of 100, one row a message) on a new SQLite file."""
-    path = ctx.runs / f"bulk_floor_{rep + 1}.sqlite3"
-    cmd = [str(OURS_PY), "-m", "bench.bulk_floor", "--sqlite", str(path), "--count", str(ctx.args.n)]
-    env = {**plain_env(), "BENCH_DB": "sqlite", "DJANGO_SETTINGS_MODULE": "bench.projects.ours_settings"}
-    try:
-        res = procs.run([*cmd, "--size", str(ctx.args.size)], env=env, cwd=REPO, timeout=1800).check("the bulk floor")
-        out = json.loads(res.stdout.strip().splitlines()[-1])
-        rate = out["count"] / out["seconds"]
-        ctx.record(
-            BULK_FLOOR,
-            "sqlite",
-            "msg/s",
-            rate,
-            seconds=out["seconds"],
-            cpu_seconds=out["cpu_seconds"],
-            count=out["count"],
-            layouts=out["layouts"],
-            rep=rep,
-        )
-        ctx.log(f"{BULK_FLOOR} sqlite run {rep + 1}: {rate:,.0f} msg/s")
-    except Exception as exc:  # noqa: BLE001 - the floor is context; its failure must not stop the run
-        ctx.mark(BULK_FLOOR, "sqlite", "msg/s", "error", f"{type(exc).__name__}: {exc}")
-        ctx.log(f"{BULK_FLOOR} sqlite run {rep + 1}: ERROR {exc}")
-    finally:
-        for suffix in ("", "-journal"):
-            path.with_name(path.name + suffix).unlink(missing_ok=True)
+    sqlite_floor(ctx, rep, BULK_FLOOR, "bulk_floor", "the bulk floor")
 
 
 def promised_floor(ctx: Context, rep: int) -> None:
     """One run of the promised floor (Django's `send_mail()`, one row a message, a commit each) on a new SQLite file."""
-    path = ctx.runs / f"promised_floor_{rep + 1}.sqlite3"
-    cmd = [str(OURS_PY), "-m", "bench.promised_floor", "--sqlite", str(path), "--count", str(ctx.args.n)]
+    sqlite_floor(ctx, rep, PROMISED_FLOOR, "promised_floor", "the promised floor")
+
+
+def sqlite_floor(ctx: Context, rep: int, measure: str, module: str, what: str) -> None:
+    """One run of `bench.<module>` on a new SQLite file, recorded as `measure` with its repeat and CPU seconds."""
+    path = ctx.runs / f"{module}_{rep + 1}.sqlite3"
+    cmd = [str(OURS_PY), "-m", f"bench.{module}", "--sqlite", str(path), "--count", str(ctx.args.n)]
     env = {**plain_env(), "BENCH_DB": "sqlite", "DJANGO_SETTINGS_MODULE": "bench.projects.ours_settings"}
     try:
-        res = procs.run([*cmd, "--size", str(ctx.args.size)], env=env, cwd=REPO, timeout=1800)
-        out = json.loads(res.check("the promised floor").stdout.strip().splitlines()[-1])
-        rate = out["count"] / out["seconds"]
-        ctx.record(
-            PROMISED_FLOOR,
-            "sqlite",
-            "msg/s",
-            rate,
-            seconds=out["seconds"],
-            cpu_seconds=out["cpu_seconds"],
-            count=out["count"],
-            rep=rep,
-        )
-        ctx.log(f"{PROMISED_FLOOR} sqlite run {rep + 1}: {rate:,.0f} msg/s")
+        res = procs.run([*cmd, "--size", str(ctx.args.size)], env=env, cwd=REPO, timeout=1800).check(what)
+        out = json.loads(res.stdout.strip().splitlines()[-1])
+        count = out.pop("count")
+        rate = count / out["seconds"]
+        ctx.record(measure, "sqlite", "msg/s", rate, count=count, rep=rep, **out)
+        ctx.log(f"{measure} sqlite run {rep + 1}: {rate:,.0f} msg/s")
     except Exception as exc:  # noqa: BLE001 - the floor is context; its failure must not stop the run
-        ctx.mark(PROMISED_FLOOR, "sqlite", "msg/s", "error", f"{type(exc).__name__}: {exc}")
-        ctx.log(f"{PROMISED_FLOOR} sqlite run {rep + 1}: ERROR {exc}")
+        ctx.mark(measure, "sqlite", "msg/s", "error", f"{type(exc).__name__}: {exc}")
+        ctx.log(f"{measure} sqlite run {rep + 1}: ERROR {exc}")
     finally:
         for suffix in ("", "-journal"):
             path.with_name(path.name + suffix).unlink(missing_ok=True)
