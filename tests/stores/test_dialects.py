@@ -69,3 +69,32 @@ def test_every_statement_file_is_used_by_its_dialect(dialect: str, name: str) ->
         source += (here / "pg_search.py").read_text()
     used = name.removesuffix("_row") if name.endswith("_row") else name
     assert f'"{used}"' in source, f"sql/{dialect}/{name}.sql is not loaded by {dialect}.py"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_renewal_on_sqlite_is_one_statement_holding_the_write_lock_for_no_longer() -> None:
+    """A worker stopped between a renewal's statements held SQLite's write lock (every writer waited) or, on
+    PostgreSQL, the rows (tests/stores/test_postgres_races.py): a renewal is one statement, committed by itself."""
+    import uuid
+    from datetime import timedelta
+
+    from django.db import connections
+
+    from django_mailqueue.testing.contract import T0, new_item
+
+    store = OrmStore({"database": "default"})
+    store.add(new_item(), now=T0)
+    (claimed,) = store.claim(owner="w1", now=T0, lease_expires=T0 + timedelta(seconds=60))
+    statements: list[str] = []
+
+    def capture(execute, sql, params, many, context):  # type: ignore[no-untyped-def]
+        statements.append(sql)
+        return execute(sql, params, many, context)
+
+    later = T0 + timedelta(seconds=90)
+    with connections["default"].execute_wrapper(capture):
+        assert store.renew([claimed.id, uuid.uuid4()], owner="w1", lease_expires=later) == [claimed.id]
+        assert store.renew([claimed.id], owner="w2", lease_expires=later) == []
+    assert len(statements) == 2 and all(sql.startswith("UPDATE") for sql in statements), statements
+    held = store.get(claimed.id)
+    assert held is not None and held.lease_expires == later and held.owner == "w1"

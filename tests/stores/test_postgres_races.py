@@ -161,10 +161,43 @@ def test_a_claim_waits_for_the_wal_flush(pg_alias: str) -> None:
     with connections[pg_alias].execute_wrapper(capture):
         (claimed,) = store.claim(owner="w1", now=T0, lease_expires=T0 + timedelta(seconds=60))
     assert statements and not any("synchronous_commit" in sql for sql in statements), statements
-    statements.clear()
-    with connections[pg_alias].execute_wrapper(capture):
-        assert store.renew([claimed.id], owner="w1", lease_expires=T0 + timedelta(seconds=90)) == [claimed.id]
-    assert any("synchronous_commit TO OFF" in sql for sql in statements), statements
+
+
+def test_a_renewal_is_one_statement_committed_without_the_flush(pg_alias: str) -> None:
+    """A renewal holds no row lock between statements: a worker stopped (SIGSTOP, a frozen VM) inside a
+    renewal's transaction kept every other worker from its items past their leases, SKIP LOCKED passing
+    them by (a CI run's `test_a_paused_worker_past_its_lease…`). Its own commit skips the WAL flush; inside a
+    caller's transaction the caller's commit is left durable."""
+    from django.db import transaction
+
+    store = OrmStore({"database": pg_alias})
+    conn = connections[pg_alias]
+    store.add(new_item(), now=T0)
+    (claimed,) = store.claim(owner="w1", now=T0, lease_expires=T0 + timedelta(seconds=60))
+    calls: list[tuple[str, Any]] = []
+
+    def capture(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        calls.append((sql, params))
+        return execute(sql, params, many, context)
+
+    later = T0 + timedelta(seconds=90)
+    with conn.execute_wrapper(capture):
+        assert store.renew([claimed.id, uuid.uuid4()], owner="w1", lease_expires=later) == [claimed.id]
+        assert store.renew([claimed.id], owner="w2", lease_expires=later) == []
+    assert len(calls) == 2 and all("synchronous_commit" in sql for sql, _ in calls), calls
+    assert [params[0] for _, params in calls] == ["off", "off"]
+    held = store.get(claimed.id)
+    assert held is not None and held.lease_expires == later and held.owner == "w1"
+    with conn.cursor() as cursor:
+        cursor.execute("SHOW synchronous_commit")
+        assert cursor.fetchone()[0] == "on"  # set for the statement's own transaction only
+    calls.clear()
+    with transaction.atomic(using=pg_alias), conn.execute_wrapper(capture):
+        assert store.renew([claimed.id], owner="w1", lease_expires=later) == [claimed.id]
+        with conn.cursor() as cursor:
+            cursor.execute("SHOW synchronous_commit")
+            assert cursor.fetchone()[0] == "on"
+    assert calls[0][1][0] is None
 
 
 def test_a_token_take_skips_the_flush_only_in_its_own_transaction(pg_alias: str) -> None:

@@ -110,6 +110,11 @@ class Dialect(abc.ABC):
         None: this dialect locks whole rows only (`lock`)."""
         return None
 
+    def renew(self, item_ids: Sequence[uuid.UUID], owner: str, expires_us: int) -> set[uuid.UUID] | None:
+        """`QueueStore.renew`'s write in one statement committed by itself, the ids still `owner`'s after it;
+        None: this dialect renews in a transaction of the store's (through the ORM)."""
+        return None
+
     @abc.abstractmethod
     def recipients(self, seqs: Sequence[int]) -> dict[int, list[RecipientRow]]:
         """The recipients' rows of the items by `seq`, in order; every seq asked is a key."""

@@ -161,6 +161,13 @@ class PostgresDialect(HandWritten, PortableDialect):
                     found[row[0]].append(row)
         return found
 
+    def renew(self, item_ids: Sequence[uuid.UUID], owner: str, expires_us: int) -> set[uuid.UUID] | None:
+        """One statement; in its own transaction its commit does not wait for the WAL flush (docs/reliability.md)."""
+        asynchronous = None if self.connection.in_atomic_block else "off"
+        with self.cursor() as cursor:
+            cursor.execute(statement(self.name, "renew"), [asynchronous, expires_us, list(item_ids), owner])
+            return {row[0] for row in cursor.fetchall()}
+
     def take_tokens(self, name: str, rate: float, burst: int, want: int, now_us: int) -> int:
         """One statement; in its own transaction its commit does not wait for the WAL flush (the bucket's row
         stays locked until the commit: docs/shaping.md), in the caller's it leaves the caller's commit as it is."""

@@ -139,6 +139,15 @@ class SqliteDialect(HandWritten, PortableDialect):
     def lock(self, item_ids: Sequence[uuid.UUID]) -> list[ItemRow]:
         return self._item_rows("lock", [i.hex for i in item_ids])
 
+    def renew(self, item_ids: Sequence[uuid.UUID], owner: str, expires_us: int) -> set[uuid.UUID] | None:
+        """One statement a chunk of ids, each committed by itself (a renewal is per item)."""
+        held: set[uuid.UUID] = set()
+        with self.cursor() as cursor:
+            for chunk in _chunks([i.hex for i in item_ids]):
+                cursor.execute(_in(statement(self.name, "renew"), chunk), [expires_us, owner, *chunk])
+                held.update(uuid.UUID(hex=row[0]) for row in cursor.fetchall())
+        return held
+
     def lock_leases(self, item_ids: Sequence[uuid.UUID]) -> set[tuple[Any, ...]] | None:
         leases: set[tuple[Any, ...]] = set()
         with self.cursor() as cursor:

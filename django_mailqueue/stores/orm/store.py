@@ -279,10 +279,13 @@ class OrmStore(QueueStore):
         check_owner(owner)
         if not ids:
             return []
-        with self._write(durable=False):
-            mine = QueuedItem.objects.using(self.alias).filter(id__in=list(ids), owner=owner)
-            mine.update(lease_expires=to_micros(lease_expires))
-            held = set(mine.values_list("id", flat=True))
+        with self._errors():  # one statement where the dialect has it: no row lock held between statements
+            held = self.dialect.renew(ids, owner, to_micros(lease_expires))
+        if held is None:
+            with self._write(durable=False):
+                mine = QueuedItem.objects.using(self.alias).filter(id__in=list(ids), owner=owner)
+                mine.update(lease_expires=to_micros(lease_expires))
+                held = set(mine.values_list("id", flat=True))
         return [item_id for item_id in ids if item_id in held]
 
     def complete(self, item_id: uuid.UUID, *, owner: str, revision: int, completion: Completion) -> QueueItem | None:
