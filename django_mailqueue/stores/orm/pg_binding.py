@@ -9,6 +9,8 @@ from typing import Any
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 
+from . import pg_arrays
+
 #: The attribute of a Django connection that keeps its psycopg cursor: (the psycopg connection, the cursor).
 _KEPT = "_mailqueue_binary_cursor"
 
@@ -37,6 +39,7 @@ def _kept_cursor(conn: BaseDatabaseWrapper) -> Any:
         return kept[1]
     with conn.wrap_database_errors:
         cursor = psycopg.Cursor(raw)
+    pg_arrays.register(cursor)
     setattr(conn, _KEPT, (raw, cursor))
     return cursor
 

@@ -24,6 +24,7 @@ from ...core.search import terms
 from ...core.shaping import Window
 from ..base import READ_CHUNK
 from .base import HandWritten
+from .pg_arrays import ByteaArray, Int2Array, Int8Array, TextArray, UuidArray
 from .pg_binding import binary_cursor, execute_autocommit
 from .pg_listen import PgListener
 from .pg_search import candidate_reads, tested_sql, word_index_present
@@ -104,34 +105,33 @@ class PostgresDialect(HandWritten, PortableDialect):
             params += [bytes(new.message), NOTIFY_CHANNEL]
             sql = with_rows(self.name, "add_one", len(new.recipients))
         else:
-            # Columns as arrays: the statement's text is the same for every batch (parsed once by psycopg).
+            # Columns as arrays in binary, packed by hand (`pg_arrays`): the statement's text is the same for
+            # every batch (parsed once by psycopg).
             r_ids: builtins.list[uuid.UUID] = []
             r_positions: builtins.list[int] = []
             r_addresses: builtins.list[str] = []
-            r_domains: builtins.list[str] = []
             for new in items:
-                for position, address in enumerate(new.recipients):
-                    r_ids.append(new.id)
-                    r_positions.append(position)
-                    r_addresses.append(address)
-                    r_domains.append(address_domain(address))
-            ids = [new.id for new in items]
+                recipients = new.recipients
+                r_ids += [new.id] * len(recipients)
+                r_positions += range(len(recipients))
+                r_addresses += recipients
+            ids = UuidArray.of([new.id for new in items])
             message_id_limit, subject_limit = TEXT_LIMITS
             params = [
                 now_us,
                 ids,
-                [new.sender for new in items],
-                [len(new.message) for new in items],
-                [due_micros(new, now, now_us) for new in items],
-                [new.queue for new in items],
-                [new.message_id[:message_id_limit] for new in items],
-                [new.subject[:subject_limit] for new in items],
-                r_ids,
-                r_positions,
-                r_addresses,
-                r_domains,
+                TextArray.of([new.sender for new in items]),
+                Int8Array.of([len(new.message) for new in items]),
+                Int8Array.of([due_micros(new, now, now_us) for new in items]),
+                TextArray.of([new.queue for new in items]),
+                TextArray.of([new.message_id[:message_id_limit] for new in items]),
+                TextArray.of([new.subject[:subject_limit] for new in items]),
+                UuidArray.of(r_ids),
+                Int2Array.of(r_positions),
+                TextArray.of(r_addresses),
+                TextArray.of([address_domain(address) for address in r_addresses]),
                 ids,
-                [bytes(new.message) for new in items],
+                ByteaArray.of_varlena([bytes(new.message) for new in items]),
                 NOTIFY_CHANNEL,
             ]
             sql = statement(self.name, "add")
