@@ -150,32 +150,44 @@ def prepare(
     else:
         headers, body = _parse(message)
         body_hash = base64.b64encode(hashlib.sha256(_relaxed_body(body)).digest())
-    # the tags as dkim.sign writes them, b= last, with its value left out
-    unsigned = b"; ".join(
-        (
-            b"v=1",
-            b"a=" + algorithm,
-            b"c=" + _CANONICALIZATION,
-            b"d=" + domain,
-            b"i=@" + domain,
-            b"q=dns/txt",
-            b"s=" + selector,
-            b"t=" + str(now).encode("ascii"),
-            b"h=" + b" : ".join(include),
-            b"bh=" + body_hash,
-            b"b=",
-        )
-    )
+    # the tags as dkim.sign writes them, b= last, with its value left out: all but t= and bh= the same for every
+    # message with this key and these signed fields (`_tags`)
+    before_t, before_bh, as_hashed = _tags(algorithm, domain, selector, include)
+    unsigned = before_t + str(now).encode("ascii") + before_bh + body_hash + b"; b="
     # dkim.hash_headers: the fields `include` names, each from the bottom up, then this field without its CRLF
     if parsed is not None:
         names, values = parsed.names, _relaxed_values(parsed.values)
+        picked = [names[i] + b":" + values[i] for i in _select_once(tuple(names), include)]
     else:
         canonical = [_relaxed_header(name, value) for name, value in headers]
         names, values = [name for name, _ in canonical], [value[:-2] for _, value in canonical]
-    picked = [names[i] + b":" + values[i] for i in _select(names, include)]
-    picked.append(b"dkim-signature:" + _signed_field_value(unsigned))
+        picked = [names[i] + b":" + values[i] for i in _select(names, include)]
+    picked.append(b"dkim-signature:" + (unsigned if as_hashed else _refolded(unsigned)))
     digest = hashlib.sha256(b"\r\n".join(picked)).digest()
     return PendingSignature(algorithm, digest, unsigned, private_key, signer)
+
+
+@functools.lru_cache(maxsize=256)
+def _tags(algorithm: bytes, domain: bytes, selector: bytes, include: tuple[bytes, ...]) -> tuple[bytes, bytes, bool]:
+    """The field's tags before t='s value, those between it and bh='s value, and whether the field as hashed is
+    the unsigned text itself (`_signed_field_value`) for every t= and bh= value: worked out once a key and list
+    of signed fields. It is: t= is digits and bh= 44 base64 characters, so neither holds a space, a semicolon or
+    a run longer than `_FIRST_LINE` ("t=" + 11 digits + ";", "bh=" + 44 + ";"), and neither can start or end
+    a match of `dkim.RE_BTAG` (it needs a semicolon or white space before "b", and "=" right after it, white
+    space aside); so they change none of the conditions `_signed_field_value` checks."""
+    before_t = b"; ".join(
+        (b"v=1", b"a=" + algorithm, b"c=" + _CANONICALIZATION, b"d=" + domain, b"i=@" + domain, b"q=dns/txt")
+    )
+    before_t += b"; s=" + selector + b"; t="
+    before_bh = b"; h=" + b" : ".join(include) + b"; bh="
+    sample = before_t + b"9" * 11 + before_bh + b"A" * 43 + b"=; b="
+    return before_t, before_bh, _unfolds_to_itself(sample)
+
+
+@functools.lru_cache(maxsize=256)
+def _select_once(names: tuple[bytes, ...], include: tuple[bytes, ...]) -> tuple[int, ...]:
+    """`_select`, remembered: a worker's messages come with a few lists of header fields."""
+    return tuple(_select(list(names), include))
 
 
 def _signed_field_value(unsigned: bytes) -> bytes:
@@ -185,19 +197,29 @@ def _signed_field_value(unsigned: bytes) -> bytes:
     Where `dkim.fold` breaks lines only at spaces (every space-free run but the last shorter than its first
     line, the last no longer than a line) and the text has single spaces only, unfolding gives back that very text:
     it is the value with b= empty."""
+    return unsigned if _unfolds_to_itself(unsigned) else _refolded(unsigned)
+
+
+def _refolded(unsigned: bytes) -> bytes:
+    """`_signed_field_value` the long way: dkimpy's folding, b= taken out, the relaxed form."""
+    import dkim
+
+    folded = dkim.fold(unsigned + _B_PLACEHOLDER[2:], namelen=len(_NAME), linesep=b"\r\n")
+    name, value = _relaxed_header(_NAME, b" " + dkim.RE_BTAG.sub(b"\\1", folded))
+    return value.rstrip()
+
+
+def _unfolds_to_itself(unsigned: bytes) -> bool:
+    """Whether `_signed_field_value(unsigned)` is `unsigned` by the rule its docstring gives."""
     import dkim
 
     runs = unsigned.split(b" ")
-    if (
+    return bool(
         _SINGLE_SPACED.fullmatch(unsigned)
         and max(map(len, runs[:-1]), default=0) < _FIRST_LINE
         and len(runs[-1]) + len(_B_PLACEHOLDER) - 2 <= _LINE
         and dkim.RE_BTAG.sub(b"\\1", unsigned) == unsigned
-    ):
-        return unsigned
-    folded = dkim.fold(unsigned + _B_PLACEHOLDER[2:], namelen=len(_NAME), linesep=b"\r\n")
-    name, value = _relaxed_header(_NAME, b" " + dkim.RE_BTAG.sub(b"\\1", folded))
-    return value.rstrip()
+    )
 
 
 def _parse(message: bytes) -> tuple[list[list[bytes]], bytes]:
@@ -232,13 +254,13 @@ def _relaxed_body(body: bytes) -> bytes:
 
 def _body_hash(message: bytes, start: int) -> bytes:
     """bh=: the base64 SHA-256 of the relaxed form of the body that starts at `start` (CRLF lines only)."""
-    from dkim import canonicalization as c
-
     if message.find(b"\t", start) >= 0 or message.find(b"  ", start) >= 0 or message.find(b" \r\n", start) >= 0:
-        body: bytes | memoryview = bytes(c.Relaxed.canonicalize_body(message[start:]))
+        body: bytes | memoryview = _relaxed_body(message[start:])
     elif message.endswith(b"\r\n", start) and not message.endswith(b"\r\n\r\n", start) and len(message) - start > 2:
         body = memoryview(message)[start:]  # one line end at its end, not an empty line: its own relaxed form
     else:  # only the empty lines at the end change
+        from dkim import canonicalization as c
+
         body = bytes(c.correct_empty_body(c.strip_trailing_lines(message[start:])))
     return base64.b64encode(hashlib.sha256(body).digest())
 

@@ -224,3 +224,31 @@ def test_without_what_the_adapter_needs_dkimpy_signs_alone_and_says_so(
 
 def test_the_default_headers_leave_out_what_dkimpy_refuses_to_sign() -> None:
     assert not set(DEFAULT_HEADERS) & {h.decode() for h in dkim.DKIM.SHOULD_NOT}
+
+
+def test_the_fields_fixed_tags_are_worked_out_once_a_key_and_dkimpys_at_every_time() -> None:
+    """All but t= and bh= of the field, and whether the field as hashed needs dkimpy's folding, are the same for
+    every message a key signs with the same fields: worked out at the first (`dkimpy_adapter._tags`), and the
+    signature still dkimpy's byte for byte whatever t= (1 to 12 digits), the body and the key's names are."""
+    long_domain = "a-signing-domain-long-enough-to-be-folded-inside-it.origin.test"
+    entries = [
+        DkimEntry("origin.test", "origin.test", "mq1", generate_pem("ed25519-sha256").decode(), "ed25519-sha256"),
+        DkimEntry("b.test", "b.test", "b", generate_pem("ed25519-sha256").decode(), "ed25519-sha256", ("from", "b")),
+        DkimEntry(long_domain, long_domain, "s" * 40, generate_pem("ed25519-sha256").decode(), "ed25519-sha256"),
+    ]
+    rng = random.Random(23)
+    for entry in entries:
+        key = load_key(entry)
+        fast, alone = DkimSigner({entry.domain: key}), DkimSigner({entry.domain: key}, fast=False)
+        for _ in range(60):
+            original = _random_message(rng).replace(b"a@origin.test", b"a@" + entry.domain.encode(), 1)
+            original = original.replace(b"\r\n\r\n", b"\r\nB: x\r\n\r\n", 1)
+            with mock.patch.object(dkim.time, "time", return_value=rng.choice([7, rng.randrange(10**12)])):
+                ours, dkimpys = fast.sign(original), alone.sign(original)
+            assert ours == dkimpys, original
+        dkimpy_adapter._tags.cache_clear()
+        with mock.patch.object(dkimpy_adapter, "_unfolds_to_itself", wraps=dkimpy_adapter._unfolds_to_itself) as once:
+            for n in range(20):
+                with mock.patch.object(dkim.time, "time", return_value=WHEN + n):
+                    fast.sign(b"From: a@" + entry.domain.encode() + b"\r\nB: x\r\n\r\nbody %d\r\n" % n)
+        assert once.call_count == 1  # at the first message, not at each
