@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -86,7 +87,7 @@ print(json.dumps(out))
 """
 
 
-def run_child(tmp_path: Path) -> dict[str, object]:
+def run_child(tmp_path: Path, script: str = SCRIPT) -> dict[str, Any]:
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "tests.settings",
@@ -95,10 +96,10 @@ def run_child(tmp_path: Path) -> dict[str, object]:
     }
     # The tests' settings name ":memory:" outside the test runner: one database for the child's one connection.
     done = subprocess.run(
-        [sys.executable, "-c", SCRIPT], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False
+        [sys.executable, "-c", script], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    result: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
 
 

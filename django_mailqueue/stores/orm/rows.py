@@ -40,9 +40,10 @@ ITEM_FIELDS = (
     "subject",
     "failed_at",
 )
-#: A recipient's row, its columns in this order (the item's `seq` first).
+#: A recipient's row, its columns in this order (the item's `seq` first; in `id`'s place the row's key as the dialect
+#: reads it: SQLite's is (seq, position)).
 RECIPIENT_FIELDS = ("item_id", "id", "address", "state", "reply_code", "reply_status", "reply_text", "remote_mta")
-#: What an outcome writes back to a recipient's row: these, then the row's `id`.
+#: What an outcome writes back to a recipient's row: these, then the row's key (its `id`, or the dialect's key).
 RECIPIENT_WRITTEN = ("state", "reply_code", "reply_status", "reply_text", "remote_mta")
 #: What an outcome writes back to a kept item's row: these, then its `seq`; the lease is let go besides.
 ITEM_WRITTEN = ("attempts", "next_attempt", "revision", "delay_warned", "failed_at")
@@ -161,8 +162,8 @@ def plan_completions(
     return plan
 
 
-def recipient_written(recipient: Recipient, row_id: int) -> tuple[Any, ...]:
-    """RECIPIENT_WRITTEN for `recipient`, then its row's id."""
+def recipient_written(recipient: Recipient, row_id: Any) -> tuple[Any, ...]:
+    """RECIPIENT_WRITTEN for `recipient`, then its row's key (RECIPIENT_FIELDS' second)."""
     reply = recipient.reply
     return (
         recipient.state.value,

@@ -186,13 +186,18 @@ class SqliteDialect(HandWritten, PortableDialect):
         return found
 
     def recipients(self, seqs: Sequence[int]) -> dict[int, list[RecipientRow]]:
+        """Each row's key is (seq, position), the table's primary key since migration 0022 (`id` is no index)."""
         found: dict[int, list[RecipientRow]] = {seq: [] for seq in seqs}
         with self.cursor() as cursor:
             for chunk in _chunks(list(seqs)):
                 cursor.execute(_in(statement(self.name, "recipients"), chunk), chunk)
-                for row in cursor.fetchall():
-                    found[row[0]].append(row)
+                for seq, position, *rest in cursor.fetchall():
+                    found[seq].append((seq, (seq, position), *rest))
         return found
+
+    def write_back(self, items: Sequence[tuple[Any, ...]], recipients: Sequence[tuple[Any, ...]]) -> None:
+        """`recipients`' keys (`recipients`: (seq, position)) as write_recipient.sql's last two values."""
+        super().write_back(items, [(*row[:-1], *row[-1]) for row in recipients])
 
     def drop(self, seqs: Sequence[int]) -> None:
         with self.cursor() as cursor:
