@@ -1,7 +1,7 @@
 """The store contract: `QueueStore`, the abstract class every store implements.
 
-Its traffic-shaping and suppression-list parts are abstract classes of their own, `QueueStore`'s bases:
-`base_shaping.ShapingContract` and `base_suppression.SuppressionContract`."""
+Its reading, traffic-shaping and suppression-list parts are abstract classes of their own, `QueueStore`'s bases:
+`base_reading.ReadingContract`, `base_shaping.ShapingContract` and `base_suppression.SuppressionContract`."""
 
 from __future__ import annotations
 
@@ -9,9 +9,7 @@ import abc
 import asyncio
 import builtins
 import uuid
-from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -21,15 +19,14 @@ from ..core.items import (
     Completion,
     ItemOrder,
     ItemQuery,
-    ItemState,
     NewItem,
     QueueItem,
-    RecipientState,
     Reply,
     Suppression,
 )
 from ..core.shaping import Suspension, Window
 from ..core.status import QueueSummary
+from .base_reading import OVERVIEW_DOMAIN_SAMPLE, OVERVIEW_QUEUES, ReadingContract
 from .base_shaping import ShapingContract
 from .base_suppression import SuppressionContract
 from .claimed_batch import ClaimedBatch, acompose, compose, threaded_twins
@@ -63,6 +60,7 @@ __all__ = [
     "OVERVIEW_QUEUES",
     "READ_CHUNK",
     "QueueStore",
+    "ReadingContract",
     "ShapingContract",
     "SuppressionContract",
     "check_address",
@@ -79,17 +77,12 @@ __all__ = [
     "check_take",
 ]
 
-#: The overview names at most this many queues.
-OVERVIEW_QUEUES = 50
-#: The overview's deferred recipients by domain are those of at most this many deferred items.
-OVERVIEW_DOMAIN_SAMPLE = 1_000
-
 #: A message larger than this is read in slices of this size (ORM on PostgreSQL, Redis): a driver
 #: holds a whole reply before handing it over (docs/performance.md, "Memory with 10 MiB messages").
 READ_CHUNK = 1024 * 1024
 
 
-class QueueStore(ShapingContract, SuppressionContract):
+class QueueStore(ReadingContract, ShapingContract, SuppressionContract):
     """Where items wait: added by the backend, claimed and completed by workers.
 
     Promises every store keeps (the contract suite in `django_mailqueue.testing`
@@ -286,18 +279,6 @@ class QueueStore(ShapingContract, SuppressionContract):
         if also is not None:
             raise TypeError(f"{type(self).__name__}.complete_many takes no `also`: see completes_with_history()")
 
-    def read_messages(self, item_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, bytes]:
-        """The messages of several items, by id; an item gone or whose message is lost is left out.
-
-        The default calls `read_message` for each.
-        """
-        found: dict[uuid.UUID, bytes] = {}
-        for item_id in item_ids:
-            message = self.read_message(item_id)
-            if message is not None:
-                found[item_id] = message
-        return found
-
     @abc.abstractmethod
     def reschedule(self, item_id: uuid.UUID, *, at: datetime, owner: str | None = None) -> bool:
         """Move an item's next attempt to `at`; True when moved.
@@ -330,124 +311,6 @@ class QueueStore(ShapingContract, SuppressionContract):
         The default calls `cancel` for each; a store may drop them in one step.
         """
         return [self.cancel(item_id) for item_id in item_ids]
-
-    # --- reading ---------------------------------------------------------------
-
-    @abc.abstractmethod
-    def get(self, item_id: uuid.UUID) -> QueueItem | None:
-        """The item, or None."""
-
-    def present(self, item_ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
-        """Which of the items are in the store (the history's links to queued items).
-
-        The default calls `get` for each; a store answers in one round trip where it can.
-        """
-        return {item_id for item_id in item_ids if self.get(item_id) is not None}
-
-    @abc.abstractmethod
-    def read_message(self, item_id: uuid.UUID) -> bytes | None:
-        """The message bytes exactly as added; None when the item is gone, or
-        when the store holds the item but lost its message (never raises for that)."""
-
-    @abc.abstractmethod
-    def list(
-        self,
-        query: ItemQuery | None = None,
-        *,
-        offset: int = 0,
-        limit: int = 100,
-        order: ItemOrder = ItemOrder.NEXT_ATTEMPT,
-    ) -> builtins.list[QueueItem]:
-        """A page of items passing `query`, in `order` (by default `next_attempt` then
-        oldest): stable paging, the same order every call while nothing changes. An
-        order not in `orders` is `INVALID`."""
-
-    @abc.abstractmethod
-    def count(self, query: ItemQuery | None = None, *, limit: int | None = None) -> int:
-        """How many items pass `query` (all items when None).
-
-        With `limit`, counting stops there: the answer is at most `limit`, and
-        the store reads no more than it must to find that many.
-        """
-
-    def count_by_state(self, query: ItemQuery, *, limit: int) -> dict[ItemState, int]:
-        """How many items pass `query` in each state (its own `state` ignored; `query.now` decides), each at most
-        `limit`: the admin's totals beside its state filter. The default is a `count` per state; a store may
-        read them in one step (Redis: overview.lua, the leases read once)."""
-        return {state: self.count(replace(query, state=state), limit=limit) for state in ItemState}
-
-    def iter_items(self, query: ItemQuery | None = None, *, batch: int = 500) -> Iterator[QueueItem]:
-        """Every item passing `query`, in `list` order, read `batch` at a time: for walking a whole queue.
-
-        Holds one batch in memory. Not a snapshot: an item that moves or leaves
-        while the walk runs may be given twice or not at all. The default pages
-        through `list`; a store overrides it where a walk can resume cheaper
-        than an offset (the ORM store: from the last key; Redis: one pass).
-        """
-        offset = 0
-        while page := self.list(query, offset=offset, limit=batch):
-            yield from page
-            if len(page) < batch:
-                return
-            offset += len(page)
-
-    def summary(self, *, now: datetime) -> QueueSummary:
-        """Counts by state and queue, deferred recipients by domain, the oldest due item.
-
-        The default reads every item a page at a time; a store may answer with
-        aggregate queries instead.
-        """
-        summary = QueueSummary(now=now)
-        offset = 0
-        while page := self.list(offset=offset, limit=1000):
-            for item in page:
-                summary.count(item)
-            offset += len(page)
-        return summary
-
-    def queues(self, *, limit: int = OVERVIEW_QUEUES) -> builtins.list[str]:
-        """The names of the queues that hold items, sorted, at most `limit`.
-
-        The default walks the items; a store answers from an index where it has one.
-        """
-        names: set[str] = set()
-        for item in self.iter_items():
-            names.add(item.queue)
-        return sorted(names)[:limit]
-
-    def overview(self, *, now: datetime, bound: int) -> QueueSummary:
-        """The summary from bounded reads, whatever the queue's size (the admin's overview).
-
-        Each count stops past `bound` (`summary.bound`: above it means "more than"); the queues are the
-        first `OVERVIEW_QUEUES`; the deferred recipients by domain are those of the first
-        `OVERVIEW_DOMAIN_SAMPLE` deferred items in the list's order (`summary.domain_sample` when there
-        are more). Reads the counts through `_overview_counts` (by default `count` and `queues`), the rest through
-        `list`: as cheap as their indexes.
-        """
-        summary = QueueSummary(now=now, bound=bound)
-        self._overview_counts(summary, now=now, bound=bound)
-        deferred = self.list(ItemQuery(state=ItemState.DEFERRED, now=now), limit=OVERVIEW_DOMAIN_SAMPLE + 1)
-        if len(deferred) > OVERVIEW_DOMAIN_SAMPLE:
-            summary.domain_sample = OVERVIEW_DOMAIN_SAMPLE
-        for item in deferred[:OVERVIEW_DOMAIN_SAMPLE]:
-            summary.deferred_by_domain.update(r.domain for r in item.recipients if r.state is RecipientState.PENDING)
-        firsts = [
-            *self.list(ItemQuery(state=ItemState.DUE, now=now), limit=1),
-            *(item for item in deferred[:1] if item.next_attempt <= now),
-        ]
-        summary.oldest_due = min(firsts, key=lambda item: (item.next_attempt, item.created), default=None)
-        return summary
-
-    def _overview_counts(self, summary: QueueSummary, *, now: datetime, bound: int) -> None:
-        """`overview`'s counts into `summary` (`total`, `by_state`, `by_queue` of the first `OVERVIEW_QUEUES`),
-        each at most `bound + 1`: a bounded `count` each (21 with 4 queues); a store may read them in one step."""
-        summary.total = self.count(limit=bound + 1)
-        for state in ItemState:
-            summary.by_state[state.value] = self.count(ItemQuery(state=state, now=now), limit=bound + 1)
-        for queue in self.queues():
-            summary.by_queue[queue] = Counter(
-                {s.value: self.count(ItemQuery(queue=queue, state=s, now=now), limit=bound + 1) for s in ItemState}
-            )
 
     async def asummary(self, *, now: datetime) -> QueueSummary:
         return await self._in_thread(self.summary, now=now)

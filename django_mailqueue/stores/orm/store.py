@@ -4,20 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import contextlib
-import functools
 import inspect
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, TypeVar
 
-from django.db import DatabaseError, connections, transaction
+from django.db import DatabaseError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models import F, Q
+from django.db.models import Q
 
 from ...core.clock import to_micros
-from ...core.errors import Code, QueueError
+from ...core.errors import QueueError
 from ...core.items import (
     CompleteRequest,
     Completion,
@@ -30,7 +29,7 @@ from ...core.items import (
 )
 from ...core.shaping import Suspension, Window
 from ...core.status import QueueSummary
-from ...models import QueuedItem, QueueLock
+from ...models import QueuedItem
 from ..base import OVERVIEW_QUEUES, AlsoWrite, QueueStore
 from ..inputs import (
     check_aware,
@@ -46,16 +45,15 @@ from ..inputs import (
     check_take,
 )
 from ..kept import Kept
-from . import failed, queries, shaping, suppression
+from . import failed, queries, room, shaping, suppression, transactions
 from .base import Dialect
 from .portable import PortableDialect
 from .rows import ItemRow, RecipientRow, lease_fields, plan_completions, to_item
 from .threads import DatabaseThreads, drop_if_broken
+from .transactions import own_write
 
 _T = TypeVar("_T")
-_P = ParamSpec("_P")
 
-_ADD_LOCK = "add"
 #: Item rows, their recipients' rows by seq, and (when known) the items they hold by seq.
 _Rows = tuple[builtins.list[ItemRow], dict[int, builtins.list[RecipientRow]], dict[int, QueueItem] | None]
 
@@ -78,17 +76,6 @@ def _takes_also(method: Callable[..., object]) -> bool:
     """Whether `method` can be given `also=` (by name, or in its `**kwargs`)."""
     parameters = inspect.signature(method).parameters.values()
     return any(p.name == "also" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
-
-
-def _own_write(method: Callable[Concatenate[OrmStore, _P], _T]) -> Callable[Concatenate[OrmStore, _P], _T]:
-    """`method` runs a write in a transaction of its own (outside the caller's), as its dialect runs those:
-    on SQLite, waiting for the write lock up to the store's `lock_wait` in all."""
-
-    @functools.wraps(method)
-    def run(store: OrmStore, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
-        return store.dialect.run_write(lambda: method(store, *args, **kwargs), lock_wait=store.lock_wait)
-
-    return run
 
 
 class OrmStore(QueueStore):
@@ -142,42 +129,19 @@ class OrmStore(QueueStore):
     def supports_wakeup(self) -> bool:  # type: ignore[override]
         return self.dialect.wakes
 
-    # --- transactions -------------------------------------------------------------
+    # --- transactions (stores/orm/transactions.py) ----------------------------------
 
     @property
     def _connection(self) -> BaseDatabaseWrapper:
         return connections[self.alias]
 
-    @contextlib.contextmanager
-    def _write(self, *, join: bool = False, durable: bool = True) -> Iterator[BaseDatabaseWrapper]:
-        """A transaction for a write: the caller's (with a savepoint) when `join` and
-        one is open, else the store's own, begun as the dialect begins one.
-        `durable=False`: renewals, which a crash may forget (`Dialect.atomic`)."""
-        conn = self._connection
-        try:
-            if join and conn.in_atomic_block:
-                with transaction.atomic(using=self.alias, savepoint=True):
-                    yield conn
-                return
-            if not conn.in_atomic_block:
-                drop_if_broken(conn)
-            with self.dialect.atomic(conn, durable=durable):
-                yield conn
-        except QueueError:
-            raise
-        except DatabaseError as exc:
-            raise _unavailable(exc) from exc
+    def _write(self, *, join: bool = False, durable: bool = True) -> AbstractContextManager[BaseDatabaseWrapper]:
+        """A transaction for a write on the store's database (`transactions.write`)."""
+        return transactions.write(self.alias, self.dialect, join=join, durable=durable)
 
-    @contextlib.contextmanager
-    def _errors(self) -> Iterator[BaseDatabaseWrapper]:
-        """Statements outside a transaction of the store's: a broken connection dropped first, errors as QueueErrors."""
-        conn = self._connection
-        if not conn.in_atomic_block:
-            drop_if_broken(conn)
-        try:
-            yield conn
-        except DatabaseError as exc:
-            raise _unavailable(exc) from exc
+    def _errors(self) -> AbstractContextManager[BaseDatabaseWrapper]:
+        """Statements outside a transaction of the store's (`transactions.errors`)."""
+        return transactions.errors(self.alias)
 
     # --- writing ------------------------------------------------------------------
 
@@ -203,40 +167,27 @@ class OrmStore(QueueStore):
             try:
                 added = self.dialect.add_alone(conn, items, now, now_us, returning=returning, lock_wait=self.lock_wait)
             except DatabaseError as exc:
-                raise _unavailable(exc) from exc
+                raise transactions.unavailable(exc) from exc
             if added is not None:
                 return added
         return self._add(items, now, now_us, returning)
 
-    @_own_write
+    @own_write
     def _add(self, items: Sequence[NewItem], now: datetime, now_us: int, returning: bool) -> builtins.list[QueueItem]:
         if self.max_items is not None and not self._lock_row_made:
             self._make_lock_row()
         with self._write(join=True) as conn:
             if self.max_items is not None:
-                self._check_room(len(items))
+                room.check_room(self.alias, self.max_items, len(items))
             return self.dialect.add_rows(conn, items, now, now_us, returning=returning)
 
     def _make_lock_row(self) -> None:
-        """The lock row `_check_room` counts under, made in a transaction of its own before the first bounded
-        add: on MySQL and MariaDB, adders making it inside their add transactions deadlock on the shared
-        locks their duplicate inserts take."""
+        """The lock row the `max_items` bound counts under (stores/orm/room.py), in a transaction of its own."""
         with self._write():
-            QueueLock.objects.using(self.alias).bulk_create([QueueLock(name=_ADD_LOCK)], ignore_conflicts=True)
+            room.make_lock_row(self.alias)
         self._lock_row_made = True
 
-    def _check_room(self, adding: int) -> None:
-        """Count under a lock row, so concurrent adders never pass `max_items` together."""
-        assert self.max_items is not None
-        locks = QueueLock.objects.using(self.alias)
-        if not locks.filter(name=_ADD_LOCK).update(counter=F("counter") + 1):
-            locks.bulk_create([QueueLock(name=_ADD_LOCK)], ignore_conflicts=True)
-            locks.filter(name=_ADD_LOCK).update(counter=F("counter") + 1)
-        held = QueuedItem.objects.using(self.alias).order_by()[: self.max_items + 1].count()  # at most the bound
-        if held + adding > self.max_items:
-            raise QueueError(Code.FULL, f"the queue holds {held} items; MAX_ITEMS is {self.max_items}")
-
-    @_own_write
+    @own_write
     def claim(
         self, *, owner: str, now: datetime, lease_expires: datetime, queues: Sequence[str] | None = None, limit: int = 1
     ) -> builtins.list[QueueItem]:
@@ -274,7 +225,7 @@ class OrmStore(QueueStore):
             {row[0]: it for row, _, it in found},
         )
 
-    @_own_write
+    @own_write
     def renew(self, ids: Sequence[uuid.UUID], *, owner: str, lease_expires: datetime) -> builtins.list[uuid.UUID]:
         check_owner(owner)
         if not ids:
@@ -299,7 +250,7 @@ class OrmStore(QueueStore):
         overrides `complete_many` or `acomplete_many` with no `also` to take (the worker then writes rows first)."""
         return alias == self.alias and all(_takes_also(method) for method in (self.complete_many, self.acomplete_many))
 
-    @_own_write
+    @own_write
     def complete_many(
         self, requests: Sequence[CompleteRequest], *, also: AlsoWrite | None = None
     ) -> builtins.list[QueueItem | None | QueueError]:
@@ -339,7 +290,7 @@ class OrmStore(QueueStore):
             if leases is None:
                 locked = dialect.lock(ids)
                 leases = lease_fields(locked)
-            full = self._no_room(adding)
+            full = room.no_room(self.alias, self.max_items, adding)
             planned = requests if full is None else [r for r in requests if not r.completion.dsns]
             if full is None and early is not None and lease_fields(early[0]) == leases:
                 plan = early[1]
@@ -376,18 +327,7 @@ class OrmStore(QueueStore):
             return await self._in_thread(self.complete_many, requests)
         return await self._in_thread(self.complete_many, requests, also=also)
 
-    def _no_room(self, adding: int) -> QueueError | None:
-        """FULL when `adding` DSNs would take the queue past `max_items` (the requests carrying them then record
-        nothing); None when they fit, or there is no bound."""
-        if self.max_items is None or not adding:
-            return None
-        try:
-            self._check_room(adding)
-        except QueueError as exc:
-            return exc
-        return None
-
-    @_own_write
+    @own_write
     def reschedule(self, item_id: uuid.UUID, *, at: datetime, owner: str | None = None) -> bool:
         if owner is not None:
             check_owner(owner)
@@ -399,19 +339,19 @@ class OrmStore(QueueStore):
                 moved = target.update(next_attempt=to_micros(at))
             return moved > 0
 
-    @_own_write
+    @own_write
     def send_again(self, item_ids: Sequence[uuid.UUID], *, now: datetime) -> builtins.list[QueueItem | None]:
         check_aware(now, "now")
         with self._write() as conn:
             return failed.send_again(self.dialect, conn, item_ids, now)
 
-    @_own_write
+    @own_write
     def prune_failed(self, *, before: datetime) -> int:
         check_aware(before, "before")
         with self._write():
             return failed.prune(self.dialect, before)
 
-    @_own_write
+    @own_write
     def cancel(self, item_id: uuid.UUID) -> QueueItem | None:
         with self._write():
             locked = self.dialect.lock([item_id])
@@ -422,7 +362,7 @@ class OrmStore(QueueStore):
             self.dialect.drop([seq])
             return item
 
-    @_own_write
+    @own_write
     def cancel_many(self, item_ids: Sequence[uuid.UUID]) -> builtins.list[QueueItem | None]:
         """One transaction for them all: the rows locked, read and deleted a statement each."""
         with self._write():
@@ -435,7 +375,7 @@ class OrmStore(QueueStore):
 
     # --- traffic shaping ------------------------------------------------------------
 
-    @_own_write
+    @own_write
     def take_tokens(
         self,
         key: str,
@@ -458,7 +398,7 @@ class OrmStore(QueueStore):
                 )
             return self.dialect.take_tokens(key, float(rate), burst, want, to_micros(now))
 
-    @_own_write
+    @own_write
     def suspend(self, destination: str, *, until: datetime, reply: Reply, now: datetime) -> Suspension:
         check_suspend(destination, until, reply, now)
         with self._write():
@@ -469,13 +409,13 @@ class OrmStore(QueueStore):
         with self._errors():
             return shaping.suspensions(self.alias, now=now, destinations=destinations)
 
-    @_own_write
+    @own_write
     def clear_suspension(self, destination: str) -> bool:
         check_key(destination, "a destination")
         with self._errors():
             return shaping.clear_suspension(self.alias, destination)
 
-    @_own_write
+    @own_write
     def take_probe(
         self, destination: str, *, holder: str, until: datetime, now: datetime
     ) -> Suspension | datetime | None:
@@ -486,13 +426,13 @@ class OrmStore(QueueStore):
                 return None
             return shaping.probe_in_force(self.alias, destination, now=now)
 
-    @_own_write
+    @own_write
     def end_probe(self, destination: str, *, holder: str) -> bool:
         check_key(destination, "a destination")
         with self._errors():
             return shaping.end_probe(self.alias, destination, holder=holder)
 
-    @_own_write
+    @own_write
     def defer_destination(self, domains: Sequence[str], *, until: datetime, now: datetime) -> int:
         check_defer(domains, until, now)
         with self._write():
@@ -570,18 +510,18 @@ class OrmStore(QueueStore):
         with self._errors():
             return suppression.count(self.alias, to_micros(since), search)
 
-    @_own_write
+    @own_write
     def suppress(self, entries: Sequence[Suppression]) -> None:
         check_suppressions(entries)
         with self._write():
             suppression.write(self.alias, entries)
 
-    @_own_write
+    @own_write
     def unsuppress(self, addresses: Sequence[str]) -> int:
         with self._write():
             return suppression.remove(self.alias, addresses)
 
-    @_own_write
+    @own_write
     def prune_suppressed(self, *, before: datetime) -> int:
         with self._write():
             return suppression.prune(self.alias, to_micros(before))
@@ -602,10 +542,3 @@ class OrmStore(QueueStore):
     async def aclose(self) -> None:
         await self.dialect.aclose()
         await asyncio.to_thread(self.close)
-
-
-def _unavailable(exc: DatabaseError) -> QueueError:
-    # The driver's text can name the host, never the password (Django does not put it
-    # in errors); keep only the class and the first line to stay short.
-    reason = str(exc).splitlines()[0] if str(exc) else ""
-    return QueueError(Code.STORE_UNAVAILABLE, f"the database refused the operation: {type(exc).__name__}: {reason}")
