@@ -36,7 +36,10 @@ MESSAGE = b"From: sender@origin.test\r\nTo: user@dest.test\r\nSubject: load\r\n\
 
 def fill(alias: str, items: int) -> float:
     """`items` items (one recipient each, every tenth deferred, one in a thousand leased, one in a thousand kept
-    failed) straight into the tables."""
+    failed) straight into the tables, keyed 1 to `items` (`seq`, which the addresses are made of: the searches
+    below look for `user4242@`) whatever the tests before this one took from the key's sequence — a rollback
+    never gives its values back (tests/stores/test_shaping_plans.py's 100,000 items on the same worker's
+    database made these start at 100,001)."""
     now = to_micros(NOW)
     # next attempts spread over a day around NOW: half due, half scheduled
     first, step = now - 43_200_000_000, 86_400_000_000 // items
@@ -56,10 +59,10 @@ def fill(alias: str, items: int) -> float:
             cursor.execute(f'DROP INDEX "{name}"')
         cursor.execute(
             """
-            INSERT INTO mailqueue_item (id, sender, size, created, next_attempt, attempts, queue, owner,
+            INSERT INTO mailqueue_item (seq, id, sender, size, created, next_attempt, attempts, queue, owner,
                                         lease_expires, revision, reclaims, delay_warned, message_id, subject,
                                         failed_at)
-            SELECT md5('mq-admin-' || i)::uuid, 'sender' || (i %% 997) || '@origin.test', %(size)s,
+            SELECT i, md5('mq-admin-' || i)::uuid, 'sender' || (i %% 997) || '@origin.test', %(size)s,
                    %(first)s + i - 3600000000,
                    CASE WHEN i %% 1000 = 11 THEN %(never)s ELSE %(first)s + i * %(step)s END,
                    CASE WHEN i %% 10 = 0 OR i %% 1000 = 11 THEN 1 + i %% 3 ELSE 0 END,
