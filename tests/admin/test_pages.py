@@ -228,10 +228,10 @@ def test_the_overview_counts_only_to_a_bound(
     operator_client: Client, queue: Queue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import django_mailqueue.admin.queue as queue_admin
-    import django_mailqueue.stores.base as store_base
+    import django_mailqueue.stores.base_reading as store_reading
 
     monkeypatch.setattr(queue_admin, "TOTAL_BOUND", 3)
-    monkeypatch.setattr(store_base, "OVERVIEW_DOMAIN_SAMPLE", 1)
+    monkeypatch.setattr(store_reading, "OVERVIEW_DOMAIN_SAMPLE", 1)
     html = operator_client.get(reverse(OVERVIEW)).content.decode()
     assert 'id="mq-total">more than 3<' in html and 'id="mq-count-due">more than 3<' in html
     assert 'id="mq-count-scheduled">2<' in html and 'id="mq-count-leased">1<' in html
