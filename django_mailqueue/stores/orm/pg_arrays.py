@@ -6,15 +6,13 @@ from __future__ import annotations
 import struct
 import uuid
 from collections.abc import Iterable, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 #: `array_recv`'s header for one dimension: ndim, has-nulls, the element type, the length, the lower bound.
 _HEADER = struct.Struct(">iiIii")
 _LENGTH = struct.Struct(">i").pack
-#: An element's length before each fixed-size element.
+#: A UUID element's length, before each one.
 _UUID_SIZE = (16).to_bytes(4, "big")
-_INT8_SIZE = (8).to_bytes(4, "big")
-_INT2_SIZE = (2).to_bytes(4, "big")
 
 
 class PackedArray:
@@ -47,22 +45,24 @@ class UuidArray(PackedArray):
         return cls(b"".join([head, *[_UUID_SIZE + v.bytes for v in values]]))
 
 
-class Int8Array(PackedArray):
-    oid, element_oid = 1016, 20
+class _IntArray(PackedArray):
+    """Integers of the element type's `width` in bytes, big-endian, each after its length."""
+
+    width: ClassVar[int] = 0
 
     @classmethod
-    def of(cls, values: Sequence[int]) -> Int8Array:
+    def of(cls, values: Sequence[int]) -> Self:
         head = _HEADER.pack(1, 0, cls.element_oid, len(values), 1)
-        return cls(b"".join([head, *[_INT8_SIZE + v.to_bytes(8, "big", signed=True) for v in values]]))
+        size, width = _LENGTH(cls.width), cls.width
+        return cls(b"".join([head, *[size + v.to_bytes(width, "big", signed=True) for v in values]]))
 
 
-class Int2Array(PackedArray):
-    oid, element_oid = 1005, 21
+class Int8Array(_IntArray):
+    oid, element_oid, width = 1016, 20, 8
 
-    @classmethod
-    def of(cls, values: Sequence[int]) -> Int2Array:
-        head = _HEADER.pack(1, 0, cls.element_oid, len(values), 1)
-        return cls(b"".join([head, *[_INT2_SIZE + v.to_bytes(2, "big", signed=True) for v in values]]))
+
+class Int2Array(_IntArray):
+    oid, element_oid, width = 1005, 21, 2
 
 
 class TextArray(PackedArray):
